@@ -1,0 +1,46 @@
+# make run: install into .venv and start inboxd on SQLite.  make test: lint, type-check, run every test.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+
+.PHONY: run test lint typecheck pytest bench services clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@ $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/inboxd serve
+
+services:
+	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start
+	@redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
+	@for i in $$(seq 1 50); do pg_isready -q -h 127.0.0.1 -p 5432 && redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && exit 0; sleep 0.2; done; echo "PostgreSQL or Redis did not come up" >&2; exit 1
+
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: $(TEST_STAMP)
+	$(BIN)/mypy
+
+pytest: $(TEST_STAMP) services
+	$(BIN)/pytest
+
+test: lint typecheck pytest
+
+bench: $(TEST_STAMP)
+	$(BIN)/python -m bench all
+
+clean:
+	rm -rf $(VENV) data

@@ -1,0 +1,1 @@
+"""inboxd: a self-hostable developer email platform."""

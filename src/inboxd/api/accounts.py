@@ -1,0 +1,48 @@
+"""`/api/accounts`: create, read, delete a mailbox and reset its password."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from inboxd.api import schemas
+from inboxd.api.http import Call, endpoint, json_response, no_content, read_json
+
+
+@endpoint(creates_mailbox=True)
+async def create_mailbox(request: Request, call: Call) -> Response:
+    body = await read_json(request, schemas.CreateMailbox)
+    created = await call.services.mailboxes.create(
+        call.principal, body.address, password=body.password, auth_key=body.auth_key
+    )
+    return json_response({"id": created.mailbox.id, "address": created.mailbox.address, "token": created.token}, 201)
+
+
+@endpoint(mailbox_token=True)
+async def get_mailbox(request: Request, call: Call) -> Response:
+    found = await call.services.mailboxes.find(call.principal, request.path_params["mailbox"])
+    return json_response(schemas.mailbox(found))
+
+
+@endpoint()
+async def delete_mailbox(request: Request, call: Call) -> Response:
+    await call.services.mailboxes.delete(call.principal, request.path_params["mailbox"])
+    return no_content()
+
+
+@endpoint()
+async def reset_password(request: Request, call: Call) -> Response:
+    body = await read_json(request, schemas.MailboxSecret)
+    await call.services.mailboxes.reset_password(
+        call.principal, request.path_params["mailbox"], password=body.password, auth_key=body.auth_key
+    )
+    return json_response({"message": "password_reset"})
+
+
+routes = [
+    Route("/api/accounts", create_mailbox, methods=["POST"]),
+    Route("/api/accounts/{mailbox}", get_mailbox, methods=["GET"]),
+    Route("/api/accounts/{mailbox}", delete_mailbox, methods=["DELETE"]),
+    Route("/api/accounts/{mailbox}/reset-password", reset_password, methods=["PUT"]),
+]

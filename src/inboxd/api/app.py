@@ -1,0 +1,25 @@
+"""The ASGI application: every router's routes and the error table, around one `Services`."""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp
+
+from inboxd.api import accounts, messages, public, user, webhooks, ws
+from inboxd.api.errors import on_http_error, on_inboxd_error, on_unexpected
+from inboxd.errors import InboxdError
+from inboxd.services.registry import Services
+
+
+def build_asgi(services: Services) -> ASGIApp:
+    app = Starlette(
+        routes=[*public.routes, *messages.routes, *accounts.routes, *user.routes, *webhooks.routes],
+        exception_handlers={
+            InboxdError: on_inboxd_error,
+            HTTPException: on_http_error,
+            Exception: on_unexpected,
+        },
+    )
+    app.state.services = services
+    return ws.with_websocket(app, services)

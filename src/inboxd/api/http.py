@@ -1,0 +1,129 @@
+"""The shape every handler shares: authenticate, admit, decode, call a service, encode.
+
+`endpoint(...)` wraps a handler `(request, call) -> Response` with authentication, the access
+rules of the path (mailbox tokens, Pro), the limits and their headers; handlers stay small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from inboxd.errors import Forbidden, InboxdError, InvalidRequest, PayloadTooLarge, Unauthorized
+from inboxd.model import Principal
+from inboxd.services.registry import Services
+
+S = TypeVar("S")
+_encoder = msgspec.json.Encoder()
+JSON = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    services: Services
+    principal: Principal
+
+
+Handler = Callable[[Request, Call], Awaitable[Response]]
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def services_of(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(_encoder.encode(data), status_code=status, media_type=JSON, headers=headers)
+
+
+def no_content() -> Response:
+    return Response(status_code=204)
+
+
+def bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise Unauthorized("Send 'Authorization: Bearer <token>'.", code="invalid_token")
+    return value.strip()
+
+
+async def authenticate(request: Request, services: Services) -> Principal:
+    return await services.users.authenticate(bearer(request), services.mailbox_tokens)
+
+
+def endpoint(
+    *, mailbox_token: bool = False, pro: bool = False, creates_mailbox: bool = False
+) -> Callable[[Handler], Endpoint]:
+    """Wrap a handler with the path's access rules.
+
+    mailbox_token: the path is one a mailbox token may use (its own mailbox's info and messages).
+    pro: the path is under /api/user and needs a Pro account.
+    """
+
+    def wrap(handler: Handler) -> Endpoint:
+        async def run(request: Request) -> Response:
+            services = services_of(request)
+            principal = await authenticate(request, services)
+            # Admitted first, so every authenticated answer is limited, counted and carries the headers.
+            allowance = await services.admission.admit(principal.user, creates_mailbox=creates_mailbox)
+            try:
+                if principal.is_mailbox_token and not mailbox_token:
+                    raise Forbidden("A mailbox token cannot use this endpoint.", code="access_denied")
+                if pro and not principal.user.is_pro:
+                    raise Forbidden("This endpoint needs a Pro account.", code="pro_required")
+                response = await handler(request, Call(services=services, principal=principal))
+            except InboxdError as exc:
+                exc.headers.update(allowance.headers)
+                raise
+            response.headers.update(allowance.headers)
+            return response
+
+        run.__name__ = handler.__name__
+        run.__doc__ = handler.__doc__
+        return run
+
+    return wrap
+
+
+async def read_body(request: Request) -> bytes:
+    limit = services_of(request).settings.max_body_size
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, schema: type[S]) -> S:
+    """Decode the body into `schema`; any mistake is 400 invalid_request naming the field."""
+    body = await read_body(request)
+    if not body.strip():
+        raise InvalidRequest("The request needs a JSON body.")
+    try:
+        return msgspec.json.decode(body, type=schema)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequest(f"Invalid field: {exc}.") from exc
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(f"Malformed JSON: {exc}.") from exc
+
+
+def int_query(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or int(raw) < 1 or len(raw) > 9:
+        raise InvalidRequest(f"`{name}` must be an integer of at least 1.")
+    return int(raw)

@@ -1,0 +1,93 @@
+"""`/api/accounts/{mailbox}/messages`: list, detail, raw source, attachments, marks, delete."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from inboxd.api import schemas
+from inboxd.api.http import Call, endpoint, int_query, json_response, no_content, read_json
+from inboxd.model import Mailbox
+
+
+async def _mailbox(request: Request, call: Call) -> Mailbox:
+    return await call.services.mailboxes.find(call.principal, request.path_params["mailbox"])
+
+
+@endpoint(mailbox_token=True)
+async def list_messages(request: Request, call: Call) -> Response:
+    page = int_query(request, "page", 1)
+    items = await call.services.messages.page(await _mailbox(request, call), page)
+    return json_response({"messages": [schemas.message_item(m) for m in items], "page": page})
+
+
+@endpoint(mailbox_token=True)
+async def get_message(request: Request, call: Call) -> Response:
+    detail = await call.services.messages.detail(await _mailbox(request, call), request.path_params["id"])
+    return json_response(schemas.message_detail(detail))
+
+
+@endpoint(mailbox_token=True)
+async def get_source(request: Request, call: Call) -> Response:
+    raw = await call.services.messages.source(await _mailbox(request, call), request.path_params["id"])
+    return Response(
+        raw,
+        media_type="message/rfc822",
+        headers={"Content-Disposition": 'attachment; filename="message.eml"'},
+    )
+
+
+@endpoint(mailbox_token=True)
+async def get_attachment(request: Request, call: Call) -> Response:
+    part = await call.services.messages.attachment(
+        await _mailbox(request, call), request.path_params["id"], request.path_params["index"]
+    )
+    return Response(
+        part.data,
+        media_type=part.content_type or "application/octet-stream",
+        headers={"Content-Disposition": content_disposition(part.filename)},
+    )
+
+
+def content_disposition(filename: str) -> str:
+    """RFC 6266: an ASCII fallback, plus `filename*` when the name is not plain ASCII."""
+    name = filename or "attachment"
+    fallback = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in name)
+    value = f'attachment; filename="{fallback}"'
+    if fallback != name:
+        value += f"; filename*=UTF-8''{quote(name, safe='')}"
+    return value
+
+
+@endpoint(mailbox_token=True)
+async def mark_read(request: Request, call: Call) -> Response:
+    await call.services.messages.mark_read(await _mailbox(request, call), request.path_params["id"])
+    return no_content()
+
+
+@endpoint(mailbox_token=True)
+async def mark_many_read(request: Request, call: Call) -> Response:
+    body = await read_json(request, schemas.MarkRead)
+    updated = await call.services.messages.mark_many_read(await _mailbox(request, call), ids=body.ids, all_=body.all)
+    return json_response({"updated": updated})
+
+
+@endpoint(mailbox_token=True)
+async def delete_message(request: Request, call: Call) -> Response:
+    await call.services.messages.delete(await _mailbox(request, call), request.path_params["id"])
+    return no_content()
+
+
+_BASE = "/api/accounts/{mailbox}/messages"
+routes = [
+    Route(_BASE, list_messages, methods=["GET"]),
+    Route(f"{_BASE}/read", mark_many_read, methods=["PUT"]),
+    Route(_BASE + "/{id}", get_message, methods=["GET"]),
+    Route(_BASE + "/{id}", delete_message, methods=["DELETE"]),
+    Route(_BASE + "/{id}/read", mark_read, methods=["PUT"]),
+    Route(_BASE + "/{id}/source", get_source, methods=["GET"]),
+    Route(_BASE + "/{id}/attachments/{index}", get_attachment, methods=["GET"]),
+]

@@ -1,0 +1,124 @@
+"""`/api/user/*`, the Pro management table: profile, all mailboxes, custom domains, API tokens.
+
+Every route needs a Pro account (403 `pro_required`) and an API token (a mailbox token gets 403
+`access_denied`); another user's resources answer 404.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from inboxd.api import schemas
+from inboxd.api.http import Call, endpoint, int_query, json_response, no_content, read_json
+
+pro = endpoint(pro=True)
+
+
+@pro
+async def get_profile(request: Request, call: Call) -> Response:
+    user = call.principal.user
+    found = await call.services.profiles.of(user, usage=await call.services.admission.usage(user))
+    return json_response(schemas.profile(found))
+
+
+@pro
+async def list_accounts(request: Request, call: Call) -> Response:
+    cursor = request.query_params.get("cursor", "")
+    page, next_cursor = await call.services.mailboxes.page_for_user(
+        call.principal.user, cursor, limit=call.services.settings.user_accounts_page_size
+    )
+    return json_response({"accounts": [schemas.mailbox_listed(m) for m in page], "next_cursor": next_cursor})
+
+
+@pro
+async def list_account_messages(request: Request, call: Call) -> Response:
+    page = int_query(request, "page", 1)
+    mailbox = await call.services.mailboxes.find(call.principal, request.path_params["id"], scope="user")
+    items = await call.services.messages.page(mailbox, page)
+    return json_response({"messages": [schemas.message_item(m) for m in items], "page": page})
+
+
+@pro
+async def delete_account(request: Request, call: Call) -> Response:
+    await call.services.mailboxes.delete(call.principal, request.path_params["id"], scope="user")
+    return no_content()
+
+
+@pro
+async def reset_account_password(request: Request, call: Call) -> Response:
+    body = await read_json(request, schemas.MailboxSecret)
+    await call.services.mailboxes.reset_password(
+        call.principal, request.path_params["id"], password=body.password, auth_key=body.auth_key, scope="user"
+    )
+    return json_response({"message": "password_reset"})
+
+
+@pro
+async def list_domains(request: Request, call: Call) -> Response:
+    domains = await call.services.domains.list(call.principal.user)
+    return json_response({"domains": [schemas.custom_domain(d) for d in domains]})
+
+
+@pro
+async def add_domain(request: Request, call: Call) -> Response:
+    body = await read_json(request, schemas.AddDomain)
+    domain = await call.services.domains.add(call.principal.user, body.domain)
+    records = call.services.domains.records(domain)
+    return json_response(
+        {
+            "id": domain.id,
+            "domain": domain.domain,
+            "verify_token": domain.verify_token,
+            "dns_records": [schemas.dns_record(r, with_ok=False) for r in records],
+        },
+        201,
+    )
+
+
+@pro
+async def verify_domain(request: Request, call: Call) -> Response:
+    result = await call.services.domains.verify(call.principal.user, request.path_params["id"])
+    return json_response(schemas.verification(result))
+
+
+@pro
+async def delete_domain(request: Request, call: Call) -> Response:
+    await call.services.domains.delete(call.principal.user, request.path_params["id"])
+    return no_content()
+
+
+@pro
+async def list_tokens(request: Request, call: Call) -> Response:
+    tokens = await call.services.users.list_tokens(call.principal.user)
+    return json_response({"tokens": [schemas.api_token(t) for t in tokens]})
+
+
+@pro
+async def create_token(request: Request, call: Call) -> Response:
+    body = await read_json(request, schemas.CreateToken)
+    created = await call.services.users.create_token(call.principal.user, body.name)
+    return json_response({"id": created.token.id, "name": created.token.name, "token": created.value}, 201)
+
+
+@pro
+async def revoke_token(request: Request, call: Call) -> Response:
+    await call.services.users.revoke_token(call.principal.user, request.path_params["id"])
+    return no_content()
+
+
+routes = [
+    Route("/api/user/me", get_profile, methods=["GET"]),
+    Route("/api/user/accounts", list_accounts, methods=["GET"]),
+    Route("/api/user/accounts/{id}", delete_account, methods=["DELETE"]),
+    Route("/api/user/accounts/{id}/messages", list_account_messages, methods=["GET"]),
+    Route("/api/user/accounts/{id}/reset-password", reset_account_password, methods=["PUT"]),
+    Route("/api/user/domains", list_domains, methods=["GET"]),
+    Route("/api/user/domains", add_domain, methods=["POST"]),
+    Route("/api/user/domains/{id}", delete_domain, methods=["DELETE"]),
+    Route("/api/user/domains/{id}/verify", verify_domain, methods=["POST"]),
+    Route("/api/user/tokens", list_tokens, methods=["GET"]),
+    Route("/api/user/tokens", create_token, methods=["POST"]),
+    Route("/api/user/tokens/{id}", revoke_token, methods=["DELETE"]),
+]

@@ -1,0 +1,281 @@
+"""The composition root: builds the store, bus, limits, services and servers, and starts and
+stops them in order. Only this module knows which implementations are in use.
+
+Start order: migrations → database → services → bootstrap → workers → SMTP → HTTP, so that
+`/healthz` answering means SMTP accepts too. Stop runs the other way: HTTP and SMTP stop taking
+work (deliveries in flight finish), workers stop, buffered counters flush, the database closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import uvicorn
+
+from inboxd.api.app import build_asgi
+from inboxd.config import Settings
+from inboxd.dns import DnsLookup
+from inboxd.events import EventBus, LocalBus
+from inboxd.events_redis import RedisBus
+from inboxd.services.credentials import MailboxTokens
+from inboxd.services.domains import DomainService
+from inboxd.services.ingest import IngestService
+from inboxd.services.limits import Limiter
+from inboxd.services.limits_memory import MemoryCounters
+from inboxd.services.limits_redis import RedisCounters
+from inboxd.services.mailboxes import MailboxService
+from inboxd.services.messages import MessageService
+from inboxd.services.ops_ledger import OpsLedger
+from inboxd.services.profile import ProfileService
+from inboxd.services.registry import Services
+from inboxd.services.users import UserService
+from inboxd.services.webhooks import WebhookService
+from inboxd.smtp.server import SmtpServer
+from inboxd.store import migrate
+from inboxd.store import users as user_store
+from inboxd.store.db import Database, PostgresDatabase, SqliteDatabase
+from inboxd.worker.sender import WebhookSender
+from inboxd.worker.sweeper import Sweeper
+from inboxd.worker.webhooks import WebhookWorker
+
+log = logging.getLogger("inboxd")
+BOOTSTRAP_FILE = "bootstrap-token"
+
+
+async def open_database(settings: Settings) -> Database:
+    """Migrate, then open the hot-path access for the configured back end."""
+    url = settings.resolved_database_url
+    if not settings.is_postgres:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(migrate.upgrade, url, schema=settings.database_schema)
+    if settings.is_postgres:
+        return await PostgresDatabase.connect(url, schema=settings.database_schema)
+    return SqliteDatabase(url.removeprefix("sqlite:///"))
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    # Accepted connections inherit this on Linux: without it, Nagle holds a response body that
+    # follows its headers until the client's delayed ACK, 40 ms per request.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+class Inboxd:
+    """One running inboxd: `await start()`, then `await stop()` (or `async with`)."""
+
+    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.bootstrap_token: str | None = None
+        self._db: Database | None = None
+        self._bus: EventBus | None = None
+        self._services: Services | None = None
+        self._smtp: SmtpServer | None = None
+        self._http: uvicorn.Server | None = None
+        self._http_task: asyncio.Task[None] | None = None
+        self._http_sock: socket.socket | None = None
+        self._workers: list[Sweeper] = []
+        self._webhook_worker: WebhookWorker | None = None
+
+    @property
+    def services(self) -> Services:
+        assert self._services is not None, "inboxd is not started"
+        return self._services
+
+    @property
+    def smtp_port(self) -> int:
+        assert self._smtp is not None
+        return self._smtp.port
+
+    @property
+    def http_port(self) -> int:
+        assert self._http_sock is not None
+        port: int = self._http_sock.getsockname()[1]
+        return port
+
+    async def __aenter__(self) -> Inboxd:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Start every part in order; a failure part-way stops what had started."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
+        settings = self.settings
+        self._db = db = await open_database(settings)
+        self._bus = bus = self._event_bus()
+        await bus.start()
+        self._services = services = await self._build_services(db, bus)
+        await services.admission.start()
+        await self._bootstrap()
+        self._workers = [Sweeper(db, services, settings=settings, clock=self.clock)]
+        for worker in self._workers:
+            worker.start()
+        self._webhook_worker = WebhookWorker(db, WebhookSender(settings), settings=settings, clock=self.clock)
+        services.ingest.on_jobs_queued(self._webhook_worker.wake)
+        self._webhook_worker.start()
+        self._smtp = SmtpServer(services.ingest, settings=settings, tls=self._smtp_tls())
+        await self._smtp.start(_bind(settings.smtp_host, settings.smtp_port))
+        await self._start_http(services)
+        log.info(
+            "inboxd listening: HTTP %s:%d, SMTP %s:%d",
+            settings.http_host,
+            self.http_port,
+            settings.smtp_host,
+            self.smtp_port,
+        )
+
+    async def _build_services(self, db: Database, bus: EventBus) -> Services:
+        settings, clock = self.settings, self.clock
+        key = settings.secret_key or await db.write(
+            lambda tx: user_store.put_meta_if_absent(tx, "mailbox_token_key", secrets.token_urlsafe(48))
+        )
+        mailbox_tokens = MailboxTokens(key, ttl=settings.mailbox_token_ttl)
+        mailboxes = MailboxService(db, settings=settings, tokens=mailbox_tokens, clock=clock, bus=bus)
+        counters = (
+            RedisCounters.from_url(settings.redis_url, prefix=settings.redis_prefix)
+            if settings.redis_url
+            else MemoryCounters()
+        )
+        return Services(
+            settings=settings,
+            clock=clock,
+            users=UserService(db, clock=clock),
+            mailboxes=mailboxes,
+            messages=MessageService(db, clock=clock),
+            ingest=IngestService(
+                db, settings=settings, bus=bus, clock=clock, public_domains=mailboxes.is_public_domain
+            ),
+            mailbox_tokens=mailbox_tokens,
+            bus=bus,
+            admission=Limiter(counters, ledger=OpsLedger(db), settings=settings, clock=clock),
+            domains=DomainService(
+                db,
+                settings=settings,
+                dns=DnsLookup(nameservers=settings.dns_nameservers, timeout=settings.dns_timeout),
+                clock=clock,
+            ),
+            profiles=ProfileService(db, settings=settings),
+            webhooks=WebhookService(db, settings=settings, clock=clock),
+        )
+
+    def _event_bus(self) -> EventBus:
+        if self.settings.redis_url:
+            return RedisBus(self.settings.redis_url, prefix=self.settings.redis_prefix)
+        return LocalBus()
+
+    def _smtp_tls(self) -> ssl.SSLContext | None:
+        if not self.settings.smtp_tls_cert:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.settings.smtp_tls_cert, self.settings.smtp_tls_key or None)
+        return context
+
+    async def _start_http(self, services: Services) -> None:
+        settings = self.settings
+        self._http_sock = _bind(settings.http_host, settings.http_port)
+        config = uvicorn.Config(
+            build_asgi(services),
+            lifespan="off",
+            log_level=settings.log_level,
+            access_log=False,
+            http="httptools",
+            ws="websockets-sansio",
+            ws_max_size=65536,
+            ws_per_message_deflate=False,
+            ws_ping_interval=settings.ws_ping_interval,
+            ws_ping_timeout=settings.ws_ping_interval,
+            server_header=False,
+            timeout_graceful_shutdown=5,
+        )
+        self._http = uvicorn.Server(config)
+        # `_serve` is `serve` without its signal capture: the process owner handles signals.
+        self._http_task = asyncio.get_running_loop().create_task(self._http._serve(sockets=[self._http_sock]))
+        while not self._http.started:
+            if self._http_task.done():
+                self._http_task.result()
+                raise RuntimeError("the HTTP server stopped during start-up")
+            await asyncio.sleep(0.005)
+
+    async def _bootstrap(self) -> None:
+        """First start on an empty database: an admin Pro user and one token, shown once."""
+        users = self.services.users
+        if await users.has_users():
+            return
+        admin = await users.create_user("admin@localhost", plan="pro", role="admin")
+        created = await users.create_token(admin, "bootstrap")
+        self.bootstrap_token = created.value
+        path = Path(self.settings.data_dir) / BOOTSTRAP_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(created.value + "\n")
+        os.chmod(path, 0o600)
+
+    async def stop(self) -> None:
+        if self._http is not None and self._http_task is not None:
+            self._http.should_exit = True
+            with contextlib.suppress(Exception):
+                await self._http_task
+        if self._smtp is not None:
+            await self._smtp.stop()
+        for worker in self._workers:
+            await worker.stop()
+        if self._webhook_worker is not None:
+            await self._webhook_worker.stop()
+            self._webhook_worker = None
+        if self._services is not None:
+            await self._services.admission.stop()
+            with contextlib.suppress(Exception):
+                await self._services.users.flush_last_used()
+        if self._bus is not None:
+            await self._bus.stop()
+        if self._db is not None:
+            await self._db.close()
+            self._db = None
+
+
+async def serve(settings: Settings) -> None:
+    """Run until SIGINT or SIGTERM."""
+    import signal
+
+    server = Inboxd(settings)
+    await server.start()
+    http = f"http://{settings.http_host}:{server.http_port}"
+    print(f"inboxd: HTTP on {http}  SMTP on {settings.smtp_host}:{server.smtp_port}", flush=True)
+    if server.bootstrap_token:
+        print(
+            f"inboxd: bootstrap API token (shown once, also in {Path(settings.data_dir) / BOOTSTRAP_FILE}):",
+            flush=True,
+        )
+        print(server.bootstrap_token, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()

@@ -1,0 +1,154 @@
+"""The one typed Settings object: every operator option, its default, and its environment name.
+
+Options come from `INBOXD_<NAME>` environment variables (or keyword arguments in tests); a
+secret may also come from `INBOXD_<NAME>_FILE`. Nothing here does I/O at import time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+DEFAULT_RETRY_SCHEDULE = (0.0, 5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
+
+
+def _split_csv(value: object) -> object:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Every option of inboxd; the README's configuration reference mirrors this class."""
+
+    model_config = SettingsConfigDict(env_prefix="INBOXD_", extra="ignore", frozen=True)
+
+    data_dir: Path = Path("./data")
+    database_url: str = ""
+    # Internal: a PostgreSQL schema to work in (tests give each run its own).
+    database_schema: str = ""
+    redis_url: str = ""
+    redis_prefix: str = "inboxd:"
+    secret_key: str = ""
+
+    http_host: str = "127.0.0.1"
+    http_port: int = 8025
+    smtp_host: str = "127.0.0.1"
+    smtp_port: int = 2525
+    smtp_hostname: str = ""
+    smtp_tls_cert: str = ""
+    smtp_tls_key: str = ""
+    base_url: str = "http://localhost:8025"
+    web_origin: str = ""
+    public_domains: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["inboxd.localhost"])
+    pro_only_domains: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    mx_host: str = ""
+    dns_nameservers: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    dns_timeout: float = 5.0
+
+    webhook_allow_private: bool = False
+    webhook_ca_file: str = ""
+    webhook_retry_schedule: Annotated[list[float], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_RETRY_SCHEDULE)
+    )
+    webhook_timeout: float = 10.0
+    webhook_max_per_user: int = 10
+    webhook_disable_after: int = 10
+    webhook_poll_interval: float = 1.0
+    # Attempts in flight at once; a claim's lease (a job whose worker died is due again after it,
+    # so it must exceed the timeout); how long stop waits for attempts in flight.
+    webhook_concurrency: int = 64
+    webhook_lease: float = 60.0
+    webhook_shutdown_grace: float = 5.0
+
+    domain_verify_window: float = 259200.0
+    max_domains: int = 10
+    user_accounts_page_size: int = 1000
+    retention_free: float = 604800.0
+    retention_pro: float = 2592000.0
+    expired_grace: float = 604800.0
+    sweep_interval: float = 60.0
+
+    free_rps: float = 1.0
+    pro_rps: float = 10.0
+    free_create_interval: float = 8.0
+    pro_create_interval: float = 1.0
+    free_ops_limit: int = 500
+    pro_ops_limit: int = 100000
+    free_max_mailboxes: int = 10
+    pro_max_mailboxes: int = 10000
+    free_mailbox_quota: int = 40 * 1024 * 1024
+    pro_mailbox_quota: int = 1024 * 1024 * 1024
+    login_max_failures: int = 10
+    login_failure_window: float = 600.0
+    public_rps: float = 20.0
+    usage_flush_interval: float = 2.0
+
+    ws_auth_timeout: float = 10.0
+    ws_ping_interval: float = 30.0
+    ws_max_connections: int = 3
+    # Frames a WebSocket client may leave unread before it is dropped.
+    ws_send_queue: int = 100
+    mailbox_token_ttl: float = 86400.0
+
+    max_message_size: int = 26214400
+    max_recipients: int = 100
+    max_body_size: int = 1024 * 1024
+    log_level: str = "info"
+
+    @field_validator("public_domains", "pro_only_domains", "dns_nameservers", mode="before")
+    @classmethod
+    def _csv(cls, value: object) -> object:
+        return _split_csv(value)
+
+    @field_validator("webhook_retry_schedule", mode="before")
+    @classmethod
+    def _schedule(cls, value: object) -> object:
+        return _split_csv(value)
+
+    @field_validator("public_domains", "pro_only_domains")
+    @classmethod
+    def _lower(cls, value: list[str]) -> list[str]:
+        return [d.strip().lower().rstrip(".") for d in value]
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'inboxd.sqlite3').resolve()}"
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.resolved_database_url.startswith(("postgres://", "postgresql://"))
+
+    @property
+    def default_domain(self) -> str:
+        return self.public_domains[0]
+
+    @property
+    def resolved_mx_host(self) -> str:
+        return (self.mx_host or f"mx.{self.default_domain}").lower().rstrip(".")
+
+    @property
+    def resolved_web_origin(self) -> str:
+        if self.web_origin:
+            return self.web_origin.rstrip("/")
+        parts = urlsplit(self.base_url)
+        return f"{parts.scheme}://{parts.netloc}"
+
+    @property
+    def resolved_smtp_hostname(self) -> str:
+        return self.smtp_hostname or urlsplit(self.base_url).hostname or "localhost"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build settings from the environment, reading `INBOXD_<NAME>_FILE` secrets first."""
+    from_files: dict[str, object] = {}
+    for key, value in os.environ.items():
+        if key.startswith("INBOXD_") and key.endswith("_FILE") and key != "INBOXD_WEBHOOK_CA_FILE":
+            name = key[len("INBOXD_") : -len("_FILE")].lower()
+            from_files[name] = Path(value).read_text().strip()
+    return Settings(**{**from_files, **overrides})  # type: ignore[arg-type]

@@ -1,0 +1,113 @@
+"""The one exception tree of inboxd. Each error carries its API code and HTTP status.
+
+    InboxdError                      500 internal_error
+    ├── InvalidRequest               400 invalid_request (and the spec's other 400 codes)
+    ├── Unauthorized                 401 invalid_token / invalid_or_expired_token / account_revoked
+    ├── Forbidden                    403 access_denied / pro_required / *_limit_reached
+    ├── NotFound                     404 not_found
+    ├── MethodNotAllowed             405 method_not_allowed
+    ├── Conflict                     409 address_taken / domain_already_exists
+    ├── Gone                         410 expired / domain_expired
+    ├── PayloadTooLarge              413 payload_too_large
+    ├── RateLimited                  429 rate_limit_exceeded / ops_quota_exceeded
+    └── StorageError                 500 a fault of the database (SMTP answers 451)
+
+The HTTP mapping lives in `api/errors.py`, the SMTP mapping in `smtp/replies.py`; everything
+else raises these and never builds a response itself.
+"""
+
+from __future__ import annotations
+
+
+class InboxdError(Exception):
+    status = 500
+    code = "internal_error"
+    default_message = "An unexpected error occurred."
+
+    def __init__(self, message: str | None = None, *, code: str | None = None) -> None:
+        self.message = message or self.default_message
+        # Extra response headers, e.g. the limits' RateLimit-* on an error after admission.
+        self.headers: dict[str, str] = {}
+        if code is not None:
+            self.code = code
+        super().__init__(self.message)
+
+
+class InvalidRequest(InboxdError):
+    status = 400
+    code = "invalid_request"
+    default_message = "The request is malformed."
+
+
+class Unauthorized(InboxdError):
+    status = 401
+    code = "invalid_token"
+    default_message = "The token is missing, invalid or revoked."
+
+
+class Forbidden(InboxdError):
+    status = 403
+    code = "access_denied"
+    default_message = "This token may not do that."
+
+
+class NotFound(InboxdError):
+    status = 404
+    code = "not_found"
+    default_message = "Not found."
+
+
+class MethodNotAllowed(InboxdError):
+    status = 405
+    code = "method_not_allowed"
+    default_message = "That method is not allowed on this path."
+
+
+class Conflict(InboxdError):
+    status = 409
+    code = "conflict"
+    default_message = "That already exists."
+
+
+class Gone(InboxdError):
+    status = 410
+    code = "expired"
+    default_message = "This message has expired."
+
+
+class PayloadTooLarge(InboxdError):
+    status = 413
+    code = "payload_too_large"
+    default_message = "The request body is larger than 1 MiB."
+
+
+class RateLimited(InboxdError):
+    status = 429
+    code = "rate_limit_exceeded"
+    default_message = "Too many requests."
+
+    def __init__(self, message: str | None = None, *, code: str | None = None, retry_after: float = 1.0) -> None:
+        super().__init__(message, code=code)
+        self.retry_after = retry_after
+
+
+class StorageError(InboxdError):
+    """A database fault: 500 `internal_error` with no detail over HTTP, 451 over SMTP."""
+
+    status = 500
+    code = "internal_error"
+    default_message = "An unexpected error occurred."
+
+
+class DuplicateKey(StorageError):
+    """A unique key was already taken; services turn it into their own `Conflict`."""
+
+    status = 409
+    code = "conflict"
+
+
+class MessageRejected(InboxdError):
+    """A recipient or message refused at SMTP level; `code` names the reply in smtp/replies.py."""
+
+    status = 400
+    code = "rejected"

@@ -1,0 +1,145 @@
+"""The event bus: after a message commits, its `new_email` frame reaches every WebSocket
+listening on that mailbox.
+
+Each event is serialized once, whatever the number of listeners; listeners receive the frame
+text. `LocalBus` fans out inside one process; `RedisBus` (in `events_redis.py`) carries frames
+across processes.
+
+The bus also carries revocations: a password reset (or a deletion) announces the mailbox's new
+password generation, and every open WebSocket authenticated with an older one closes, in this
+process and, through Redis, in every other.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
+
+import msgspec
+
+from inboxd.model import NewMailEvent, iso
+
+T = TypeVar("T")
+Listener = Callable[[str], None]
+# Called with the mailbox's new password generation; tokens of older generations are void.
+RevokeListener = Callable[[int], None]
+# A generation above any real one: the mailbox is gone, every token of it is void.
+REVOKE_ALL = 2**62
+_encode = msgspec.json.Encoder().encode
+
+
+def new_email_frame(event: NewMailEvent) -> str:
+    """The spec's WebSocket `new_email` message, exactly its fields."""
+    return _encode(
+        {
+            "type": "new_email",
+            "id": event.message_id,
+            "sender": event.sender,
+            "from": event.from_,
+            "subject": event.subject,
+            "preview_text": event.preview_text,
+            "size": event.size,
+            "created_at": iso(event.created_at),
+            "account_id": event.mailbox_id,
+            "address": event.address,
+        }
+    ).decode()
+
+
+class EventBus(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    async def publish(self, events: Sequence[NewMailEvent]) -> None: ...
+    def listen(self, mailbox_id: str, listener: Listener) -> Callable[[], None]:
+        """Call `listener(frame)` for each new mail of the mailbox; returns the unsubscribe."""
+        ...
+
+    async def revoke(self, mailbox_id: str, password_gen: int) -> None:
+        """Announce that tokens of the mailbox older than `password_gen` are void (after commit)."""
+        ...
+
+    def on_revoke(self, mailbox_id: str, listener: RevokeListener) -> Callable[[], None]:
+        """Call `listener(password_gen)` on each revocation of the mailbox; returns the unsubscribe."""
+        ...
+
+    def on_resync(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` after the bus may have missed revocations (a lost Redis came back)."""
+        ...
+
+    async def claim_slot(self, mailbox_id: str, cap: int) -> str | None:
+        """Take one of the mailbox's `cap` WebSocket slots counted across processes: a slot id to
+        release later ("" when only this process counts), or None when every slot is taken."""
+        ...
+
+    def release_slot(self, slot: str) -> None: ...
+
+
+class Fanout:
+    """Local listeners by mailbox; the part every bus shares."""
+
+    def __init__(self) -> None:
+        self._listeners: defaultdict[str, set[Listener]] = defaultdict(set)
+        self._revoke_listeners: defaultdict[str, set[RevokeListener]] = defaultdict(set)
+        self._resync_listeners: list[Callable[[], None]] = []
+
+    def on_resync(self, listener: Callable[[], None]) -> None:
+        self._resync_listeners.append(listener)
+
+    def resync(self) -> None:
+        for listener in self._resync_listeners:
+            listener()
+
+    def listen(self, mailbox_id: str, listener: Listener) -> Callable[[], None]:
+        return _add(self._listeners, mailbox_id, listener)
+
+    def on_revoke(self, mailbox_id: str, listener: RevokeListener) -> Callable[[], None]:
+        return _add(self._revoke_listeners, mailbox_id, listener)
+
+    def deliver_revoke(self, mailbox_id: str, password_gen: int) -> None:
+        for listener in tuple(self._revoke_listeners.get(mailbox_id, ())):
+            listener(password_gen)
+
+    def has_listeners(self, mailbox_id: str) -> bool:
+        return mailbox_id in self._listeners
+
+    def deliver(self, mailbox_id: str, frame: str) -> None:
+        for listener in tuple(self._listeners.get(mailbox_id, ())):
+            listener(frame)
+
+
+class LocalBus(Fanout):
+    """In one process: publish calls the listeners directly."""
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def publish(self, events: Sequence[NewMailEvent]) -> None:
+        for event in events:
+            if self.has_listeners(event.mailbox_id):
+                self.deliver(event.mailbox_id, new_email_frame(event))
+
+    async def revoke(self, mailbox_id: str, password_gen: int) -> None:
+        self.deliver_revoke(mailbox_id, password_gen)
+
+    async def claim_slot(self, mailbox_id: str, cap: int) -> str | None:
+        return ""  # one process: the WebSocket hub's own count is the whole count
+
+    def release_slot(self, slot: str) -> None:
+        return None
+
+
+def _add(registry: defaultdict[str, set[T]], key: str, item: T) -> Callable[[], None]:
+    registry[key].add(item)
+
+    def remove() -> None:
+        items = registry.get(key)
+        if items is not None:
+            items.discard(item)
+            if not items:
+                del registry[key]
+
+    return remove

@@ -1,0 +1,1 @@
+"""Handling of received mail messages."""

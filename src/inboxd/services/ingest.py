@@ -1,0 +1,189 @@
+"""Mail reception as a use-case: recipient checks for RCPT, and one transaction per message that
+stores a copy per recipient, charges quotas and queues the webhook events; publish after commit.
+
+The SMTP layer calls only `resolve` and `deliver`: it is the seam behind which the protocol
+front end can change.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import msgspec
+
+from inboxd.config import Settings
+from inboxd.errors import MessageRejected
+from inboxd.events import EventBus
+from inboxd.mail.parse import Summary, parse_summary
+from inboxd.model import Mailbox, MessageSummary, NewMailEvent, iso
+from inboxd.services.rawcodec import compress
+from inboxd.store import custom_domains as domain_store
+from inboxd.store import mailboxes as mailbox_store
+from inboxd.store import messages as message_store
+from inboxd.store import webhooks as webhook_store
+from inboxd.store.db import Database, Tx
+
+EMAIL_RECEIVED = "email.received"
+_encode = msgspec.json.Encoder().encode
+
+
+@dataclass(frozen=True, slots=True)
+class Recipient:
+    mailbox: Mailbox
+    plan: str
+
+
+def email_received_body(event: NewMailEvent, *, event_id: str, created_at: float) -> str:
+    """The spec's `email.received` webhook body (section 6)."""
+    return _encode(
+        {
+            "id": event_id,
+            "type": EMAIL_RECEIVED,
+            "created_at": iso(created_at),
+            "data": {
+                "email_id": event.message_id,
+                "account_id": event.mailbox_id,
+                "address": event.address,
+                "from": event.from_,
+                "sender": event.sender,
+                "subject": event.subject,
+                "preview_text": event.preview_text,
+                "size": event.size,
+                "created_at": iso(event.created_at),
+            },
+        }
+    ).decode()
+
+
+class IngestService:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        settings: Settings,
+        bus: EventBus,
+        clock: Callable[[], float],
+        public_domains: Callable[[str], bool],
+    ) -> None:
+        self._db = db
+        self._settings = settings
+        self._bus = bus
+        self._clock = clock
+        self._is_public = public_domains
+        self._job_listeners: list[Callable[[], None]] = []
+
+    def on_jobs_queued(self, listener: Callable[[], None]) -> None:
+        """Called after a commit that queued webhook jobs (the worker wakes at once)."""
+        self._job_listeners.append(listener)
+
+    async def resolve(self, address: str, *, declared_size: int | None = None) -> Recipient:
+        """The mailbox for an RCPT address (plus addressing included), or a named refusal."""
+        address = address.strip().lower()
+        local, _, domain = address.rpartition("@")
+        if not local or not domain:
+            raise MessageRejected(code="bad_recipient")
+        found = await self._db.read(partial(mailbox_store.recipient, address=address))
+        if found is None and "+" in local:
+            base = f"{local.split('+', 1)[0]}@{domain}"
+            found = await self._db.read(partial(mailbox_store.recipient, address=base))
+        if found is None or not found.domain_live:
+            # A mailbox whose custom domain was deleted is unknown here (5.1.1), not a relay (5.7.1).
+            if found is None and not self._is_public(domain) and not await self._serves(domain):
+                raise MessageRejected(code="relay_denied")
+            raise MessageRejected(code="unknown_recipient")
+        mailbox = found.mailbox
+        if mailbox.used >= mailbox.quota or (declared_size and mailbox.used + declared_size > mailbox.quota):
+            raise MessageRejected(code="mailbox_full")
+        return Recipient(mailbox=mailbox, plan=found.plan)
+
+    async def _serves(self, domain: str) -> bool:
+        custom = await self._db.read(partial(domain_store.get_by_name, domain=domain))
+        return custom is not None and custom.verify_status == "verified"
+
+    async def deliver(self, *, sender: str, recipients: Sequence[Recipient], raw: bytes) -> list[str]:
+        """Store one copy per recipient in one transaction; returns the message ids after commit."""
+        summary = parse_summary(raw)
+        compressed = compress(raw)
+        now = self._clock()
+        copies = [self._copy(r, summary, sender=sender, size=len(raw), now=now) for r in recipients]
+        items = [message_store.NewMessage(summary=c, raw_compressed=compressed) for c in copies]
+        addresses = {r.mailbox.id: r.mailbox.address for r in recipients}
+        events = [
+            _event(c, addresses[c.mailbox_id], r.mailbox.user_id) for c, r in zip(copies, recipients, strict=True)
+        ]
+        queued = await self._db.write(partial(_store, items=items, events=events, now=now))
+        await self._bus.publish(events)
+        if queued:
+            for listener in self._job_listeners:
+                listener()
+        return [c.id for c in copies]
+
+    def _copy(self, recipient: Recipient, summary: Summary, *, sender: str, size: int, now: float) -> MessageSummary:
+        retention = self._settings.retention_pro if recipient.plan == "pro" else self._settings.retention_free
+        return MessageSummary(
+            id=str(uuid.uuid4()),
+            mailbox_id=recipient.mailbox.id,
+            sender=storable(sender),
+            from_=storable(summary.from_),
+            subject=storable(summary.subject),
+            preview_text=storable(summary.preview_text),
+            size=size,
+            is_read=False,
+            created_at=now,
+            expires_at=now + retention,
+        )
+
+
+def storable(text: str) -> str:
+    """Text both databases accept: no NUL (PostgreSQL refuses it) and no lone surrogates."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace").replace("\x00", "\ufffd")
+
+
+def _event(copy: MessageSummary, address: str, user_id: str) -> NewMailEvent:
+    return NewMailEvent(
+        message_id=copy.id,
+        mailbox_id=copy.mailbox_id,
+        user_id=user_id,
+        address=address,
+        sender=copy.sender,
+        from_=copy.from_,
+        subject=copy.subject,
+        preview_text=copy.preview_text,
+        size=copy.size,
+        created_at=copy.created_at,
+    )
+
+
+async def _store(
+    tx: Tx, *, items: Sequence[message_store.NewMessage], events: Sequence[NewMailEvent], now: float
+) -> int:
+    """The ingest transaction: the copies, their quota charge and their webhook jobs."""
+    for item in items:
+        if not await message_store.charge(tx, item.summary.mailbox_id, item.summary.size):
+            # One full mailbox refuses the message for all: SMTP has one reply to DATA.
+            raise MessageRejected(code="mailbox_full")
+    await message_store.insert_many(tx, items)
+    hooks = await webhook_store.active_ids_for_users(tx, sorted({e.user_id for e in events}), EMAIL_RECEIVED)
+    jobs = []
+    for event in events:
+        for webhook_id in hooks.get(event.user_id, ()):
+            event_id = f"evt_{uuid.uuid4().hex}"
+            jobs.append(
+                webhook_store.NewJob(
+                    id=str(uuid.uuid4()),
+                    webhook_id=webhook_id,
+                    event_id=event_id,
+                    event_type=EMAIL_RECEIVED,
+                    payload=email_received_body(event, event_id=event_id, created_at=now),
+                    event_at=now,
+                    due_at=now,
+                )
+            )
+    if jobs:
+        await webhook_store.insert_jobs(tx, jobs)
+    return len(jobs)

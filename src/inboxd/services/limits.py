@@ -1,0 +1,305 @@
+"""Request admission: per-user request rates, mailbox-creation intervals and monthly operation
+quotas, and the limits of the unauthenticated paths. `Admission` is what the API layer asks
+before it runs a handler.
+
+`Limiter` holds the rules; the counting happens in a `Counters` back end, in memory
+(`limits_memory.py`, one process) or in Redis (`limits_redis.py`, shared by several processes,
+one round trip per request). The `limits` package was not used after all: it reads the wall
+clock (tests move an injected one), its month is a fixed 30-day window, and it cannot check a
+bucket, a creation interval and a month counter in one Redis round trip. The rules, decided
+where the spec is silent:
+
+- Request rate: a token bucket per user over all its API and mailbox tokens, refilled at the
+  plan's rate, holding `max(1, rate)` (burst equal to the rate). A refused request takes nothing.
+- Mailbox creation: at most one admitted `POST /api/accounts` per interval and user; the interval
+  starts when the request is admitted, whether or not the creation then succeeds.
+- Monthly operations: every authenticated request that passes the rate limit counts, in the
+  calendar month in UTC of the injected clock. A request refused for the quota still takes a
+  token from the bucket (so a client at its quota is still paced) but is not counted: the quota
+  counts operations done, and `ops_used` never exceeds `ops_limit`.
+- Persistence: counts are batched into `ops_usage` by `OpsLedger` every `usage_flush_interval`
+  seconds and at `stop()`; the stored count is read once per user and month at first use.
+- Failed sign-ins: at most `login_max_failures` failures per address and per client IP within
+  any `login_failure_window` seconds (a sliding log). A successful sign-in clears the address's
+  failures (its owner proved the secret) but not the IP's, so one valid mailbox cannot be used to
+  reset an IP's budget between guesses at other addresses.
+- Public domain list: a token bucket per client IP, `public_rps` per second, burst twice that.
+  The client IP is the socket peer; no forwarding header is trusted.
+- Headers on every authenticated answer, success or error: `RateLimit-Limit` (the bucket's size),
+  `RateLimit-Remaining` (whole tokens left), `RateLimit-Reset` (whole seconds until the bucket is
+  full again; for a bucket of one, until the next request may pass), `X-Ops-Used` (this month's
+  count, this request included) and `X-Ops-Limit`; a 429 adds `Retry-After` in whole seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Protocol
+
+from inboxd.config import Settings
+from inboxd.errors import RateLimited
+from inboxd.model import User
+from inboxd.services.ops_ledger import OpsLedger
+
+log = logging.getLogger("inboxd.limits")
+
+
+@dataclass(frozen=True, slots=True)
+class Allowance:
+    """What a passed check tells the client, as response headers."""
+
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Admission(Protocol):
+    async def admit(self, user: User, *, creates_mailbox: bool) -> Allowance:
+        """Count one operation of `user`, or raise `RateLimited` (429)."""
+        ...
+
+    async def usage(self, user: User) -> tuple[int, int]:
+        """(`ops_used`, `ops_limit`) of the user's current calendar month, true to the moment."""
+        ...
+
+    async def check_sign_in(self, address: str, *, client: str) -> None:
+        """Raise `RateLimited` if the address or the client IP has used up its failed sign-ins."""
+        ...
+
+    async def sign_in_failed(self, address: str, *, client: str) -> None: ...
+    async def sign_in_succeeded(self, address: str, *, client: str) -> None: ...
+
+    async def admit_public(self, *, client: str) -> None:
+        """Rate-limit an unauthenticated read per client IP, or raise `RateLimited`."""
+        ...
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+# --- What a back end counts ------------------------------------------------------------------
+
+
+class Outcome(Enum):
+    OK = 0
+    RATE = 1
+    CREATE = 2
+    QUOTA = 3
+    SEED = 4  # the month's counter is not loaded: call again with the stored count as `seed`
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One plan's limits, as the back ends take them."""
+
+    rate: float
+    burst: float
+    create_interval: float
+    ops_limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    outcome: Outcome
+    tokens: float  # left in the bucket after this request
+    retry_after: float  # for RATE and CREATE
+    ops_used: int  # after this request
+
+
+@dataclass(frozen=True, slots=True)
+class Take:
+    """One admission check: everything a back end needs, so Redis does it in one script call."""
+
+    user_id: str
+    month: str
+    now: float
+    rule: Rule
+    creates_mailbox: bool
+    ops_ttl: int  # seconds the month's counter is worth keeping
+    seed: int | None = None
+
+
+class Counters(Protocol):
+    """Where the counts live. Every method is atomic with respect to other callers."""
+
+    async def take(self, take: Take) -> Verdict: ...
+
+    async def ops_used(self, user_id: str, month: str) -> int | None:
+        """The month's count, or None when this back end has not loaded it."""
+        ...
+
+    async def hit(self, key: str, *, now: float, rate: float, burst: float) -> float:
+        """Take one token from bucket `key`; 0.0 when taken, else seconds until one is there."""
+        ...
+
+    async def failures(self, key: str, *, now: float, window: float) -> tuple[int, float]:
+        """(failures within the window, seconds until the oldest leaves it)."""
+        ...
+
+    async def add_failure(self, key: str, *, now: float, window: float) -> None: ...
+    async def clear_failures(self, key: str) -> None: ...
+    def prune(self, *, now: float, month: str) -> None: ...
+    async def close(self) -> None: ...
+
+
+# --- Calendar months ---------------------------------------------------------------------------
+
+
+def month_of(now: float) -> str:
+    """The calendar month in UTC, as `ops_usage` keys it: "YYYY-MM"."""
+    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m")
+
+
+def next_month_start(now: float) -> float:
+    moment = datetime.fromtimestamp(now, UTC)
+    year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
+    return datetime(year, month, 1, tzinfo=UTC).timestamp()
+
+
+# --- The rules ---------------------------------------------------------------------------------
+
+
+def rules_from(settings: Settings) -> dict[str, Rule]:
+    def rule(rate: float, interval: float, ops: int) -> Rule:
+        if rate <= 0:
+            raise ValueError("request rates must be positive")
+        return Rule(rate=rate, burst=max(1.0, rate), create_interval=max(0.0, interval), ops_limit=ops)
+
+    return {
+        "free": rule(settings.free_rps, settings.free_create_interval, settings.free_ops_limit),
+        "pro": rule(settings.pro_rps, settings.pro_create_interval, settings.pro_ops_limit),
+    }
+
+
+class Limiter:
+    """The configured limits over a `Counters` back end, with operation counts batched to the database."""
+
+    def __init__(
+        self, counters: Counters, *, ledger: OpsLedger, settings: Settings, clock: Callable[[], float]
+    ) -> None:
+        self._counters = counters
+        self._ledger = ledger
+        self._settings = settings
+        self._clock = clock
+        self._rules = rules_from(settings)
+        self._flusher: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+        self._current: tuple[float, float, str] = (0.0, 0.0, "")
+
+    def _rule(self, user: User) -> Rule:
+        return self._rules["pro" if user.is_pro else "free"]
+
+    def _month(self, now: float) -> tuple[str, float]:
+        """(month, its end); cached, since formatting dates was most of an in-memory check's cost."""
+        start, end, month = self._current
+        if not start <= now < end:
+            month, end = month_of(now), next_month_start(now)
+            start = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC).timestamp()
+            self._current = (start, end, month)
+        return month, end
+
+    async def admit(self, user: User, *, creates_mailbox: bool) -> Allowance:
+        now = self._clock()
+        month, month_end = self._month(now)
+        take = Take(
+            user_id=user.id,
+            month=month,
+            now=now,
+            rule=self._rule(user),
+            creates_mailbox=creates_mailbox,
+            # Kept a few days past the month, so a late flush or usage read still finds it.
+            ops_ttl=int(month_end - now) + 3 * 86400,
+        )
+        verdict = await self._counters.take(take)
+        if verdict.outcome is Outcome.SEED:
+            verdict = await self._counters.take(replace(take, seed=await self._ledger.total(user.id, month)))
+        headers = _headers(verdict, take.rule)
+        if verdict.outcome is Outcome.OK:
+            self._ledger.add(user.id, month)
+            return Allowance(headers)
+        if verdict.outcome is Outcome.QUOTA:
+            error = RateLimited(
+                f"The monthly quota of {take.rule.ops_limit} operations is used up; it resets at the start "
+                "of the next calendar month (UTC).",
+                code="ops_quota_exceeded",
+                retry_after=month_end - now,
+            )
+        else:
+            error = RateLimited(retry_after=verdict.retry_after)
+        error.headers.update(headers)
+        raise error
+
+    async def usage(self, user: User) -> tuple[int, int]:
+        month, _ = self._month(self._clock())
+        used = await self._counters.ops_used(user.id, month)
+        if used is None:
+            used = await self._ledger.total(user.id, month)
+        return used, self._rule(user).ops_limit
+
+    async def check_sign_in(self, address: str, *, client: str) -> None:
+        now, window = self._clock(), self._settings.login_failure_window
+        for key in (f"login:addr:{address.strip().lower()}", f"login:ip:{client}"):
+            count, wait = await self._counters.failures(key, now=now, window=window)
+            if count >= self._settings.login_max_failures:
+                raise RateLimited(retry_after=wait)
+
+    async def sign_in_failed(self, address: str, *, client: str) -> None:
+        now, window = self._clock(), self._settings.login_failure_window
+        await self._counters.add_failure(f"login:addr:{address.strip().lower()}", now=now, window=window)
+        await self._counters.add_failure(f"login:ip:{client}", now=now, window=window)
+
+    async def sign_in_succeeded(self, address: str, *, client: str) -> None:
+        await self._counters.clear_failures(f"login:addr:{address.strip().lower()}")
+
+    async def admit_public(self, *, client: str) -> None:
+        rate = self._settings.public_rps
+        wait = await self._counters.hit(f"public:{client}", now=self._clock(), rate=rate, burst=max(1.0, 2 * rate))
+        if wait > 0:
+            raise RateLimited(retry_after=wait)
+
+    async def start(self) -> None:
+        self._stopping.clear()
+        self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    async def _flush_loop(self) -> None:
+        # Stopped by an event, never cancelled: a cancelled write could still commit after its
+        # counts were put back as pending, and count them twice.
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._settings.usage_flush_interval)
+            try:
+                await self._ledger.flush()
+                now = self._clock()
+                self._counters.prune(now=now, month=month_of(now))
+            except Exception:
+                # The ledger keeps what it could not write; the next round tries again.
+                log.warning("could not flush operation counts", exc_info=True)
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._flusher is not None:
+            await self._flusher
+            self._flusher = None
+        try:
+            await self._ledger.flush()
+        except Exception:
+            log.exception("operation counts could not be written at stop")
+        finally:
+            await self._counters.close()
+
+
+def _headers(verdict: Verdict, rule: Rule) -> dict[str, str]:
+    """RateLimit-* (IETF draft names): the bucket's size, whole tokens left, seconds until it is full."""
+    tokens = max(0.0, verdict.tokens + 1e-6)  # as limits_memory.ENOUGH: a hair short is whole
+    return {
+        "RateLimit-Limit": str(int(rule.burst)),
+        "RateLimit-Remaining": str(int(tokens)),
+        "RateLimit-Reset": str(math.ceil(max(0.0, rule.burst - tokens) / rule.rate - 1e-9)),
+        "X-Ops-Used": str(verdict.ops_used),
+        "X-Ops-Limit": str(rule.ops_limit),
+    }

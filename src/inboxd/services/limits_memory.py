@@ -1,0 +1,106 @@
+"""The limits' counters in this process's memory: buckets, creation stamps, month counts, failure logs.
+
+Every method finishes without awaiting anything, so on one event loop each is atomic. Idle
+state is pruned by the limiter's flush loop: full buckets, old stamps, past months.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from inboxd.services.limits import Outcome, Take, Verdict
+
+# Clock readings near 1.7e9 keep only about 1e-7 s of precision: a bucket refilled to within a
+# millionth of a token is full enough, or exact advances of the clock would fall short.
+ENOUGH = 1.0 - 1e-6
+
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    at: float
+    rate: float
+    burst: float
+
+    def refill(self, now: float, *, rate: float, burst: float) -> float:
+        self.rate, self.burst = rate, burst
+        self.tokens = min(burst, self.tokens + max(0.0, now - self.at) * rate)
+        self.at = max(self.at, now)
+        return self.tokens
+
+
+class MemoryCounters:
+    def __init__(self) -> None:
+        self._buckets: dict[str, _Bucket] = {}
+        self._created: dict[str, tuple[float, float]] = {}  # user id → (last admitted creation, interval)
+        self._ops: dict[tuple[str, str], int] = {}  # (user id, month) → count
+        self._failures: dict[str, tuple[deque[float], float]] = {}  # key → (times, window)
+
+    def _bucket(self, key: str, *, now: float, rate: float, burst: float) -> _Bucket:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(tokens=burst, at=now, rate=rate, burst=burst)
+        bucket.refill(now, rate=rate, burst=burst)
+        return bucket
+
+    async def take(self, take: Take) -> Verdict:
+        ops_key = (take.user_id, take.month)
+        used = self._ops.get(ops_key)
+        if used is None:
+            if take.seed is None:
+                return Verdict(Outcome.SEED, tokens=0.0, retry_after=0.0, ops_used=0)
+            used = self._ops[ops_key] = take.seed
+        rule, now = take.rule, take.now
+        bucket = self._bucket(f"user:{take.user_id}", now=now, rate=rule.rate, burst=rule.burst)
+        if bucket.tokens < ENOUGH:
+            return Verdict(
+                Outcome.RATE, tokens=bucket.tokens, retry_after=(1.0 - bucket.tokens) / rule.rate, ops_used=used
+            )
+        if take.creates_mailbox and rule.create_interval > 0 and take.user_id in self._created:
+            wait = self._created[take.user_id][0] + rule.create_interval - now
+            if wait > 0:
+                return Verdict(Outcome.CREATE, tokens=bucket.tokens, retry_after=wait, ops_used=used)
+        bucket.tokens -= 1.0
+        if used >= rule.ops_limit:
+            return Verdict(Outcome.QUOTA, tokens=bucket.tokens, retry_after=0.0, ops_used=used)
+        if take.creates_mailbox:
+            self._created[take.user_id] = (now, rule.create_interval)
+        self._ops[ops_key] = used + 1
+        return Verdict(Outcome.OK, tokens=bucket.tokens, retry_after=0.0, ops_used=used + 1)
+
+    async def ops_used(self, user_id: str, month: str) -> int | None:
+        return self._ops.get((user_id, month))
+
+    async def hit(self, key: str, *, now: float, rate: float, burst: float) -> float:
+        bucket = self._bucket(key, now=now, rate=rate, burst=burst)
+        if bucket.tokens < ENOUGH:
+            return (1.0 - bucket.tokens) / rate
+        bucket.tokens -= 1.0
+        return 0.0
+
+    def _log(self, key: str, *, now: float, window: float) -> deque[float]:
+        log = self._failures.setdefault(key, (deque(), window))[0]
+        while log and log[0] <= now - window:
+            log.popleft()
+        return log
+
+    async def failures(self, key: str, *, now: float, window: float) -> tuple[int, float]:
+        log = self._log(key, now=now, window=window)
+        return len(log), (log[0] + window - now) if log else 0.0
+
+    async def add_failure(self, key: str, *, now: float, window: float) -> None:
+        self._log(key, now=now, window=window).append(now)
+
+    async def clear_failures(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+    def prune(self, *, now: float, month: str) -> None:
+        # The ledger holds what is not yet written, so a dropped month count is re-read if needed.
+        self._buckets = {k: b for k, b in self._buckets.items() if b.tokens + max(0.0, now - b.at) * b.rate < b.burst}
+        self._created = {k: v for k, v in self._created.items() if v[0] + v[1] > now}
+        self._ops = {k: v for k, v in self._ops.items() if k[1] == month}
+        self._failures = {k: (log, w) for k, (log, w) in self._failures.items() if log and log[-1] > now - w}
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,191 @@
+"""The limits' counters in Redis, shared by every inboxd process that uses the same Redis and prefix.
+
+One admission is one `EVALSHA` round trip: a Lua script refills and takes from the user's
+bucket, checks the mailbox-creation interval, and increments the month's operation counter,
+atomically. Time comes from the caller's clock as an argument (never Redis's `TIME`), so every
+process and every test agrees on it; Redis expiry only collects idle keys.
+
+Keys, under `settings.redis_prefix` (the user id in braces keeps one user's keys in one cluster slot):
+
+    limits:{<user>}:bucket        hash t (tokens), ts (last refill)
+    limits:{<user>}:created       last admitted mailbox creation
+    limits:{<user>}:ops:<YYYY-MM> the month's operations (INCR)
+    limits:public:<ip>            hash, per-IP bucket of the public paths
+    limits:login:addr|ip:<key>    sorted set of failed sign-in times
+
+The month counter is seeded from the database when missing (a new month, or Redis restarted): the
+script answers "seed" without changing anything, the limiter reads `ops_usage` plus what this
+process has not flushed yet, and calls again with that seed (two round trips, once per user and
+month). After a Redis restart, operations other processes had not flushed yet are missing from
+the seed until the month ends: at most one flush interval's worth.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from inboxd.errors import StorageError
+from inboxd.services.limits import Outcome, Take, Verdict
+
+
+@contextlib.contextmanager
+def _unavailable() -> Iterator[None]:
+    """Redis faults become our `StorageError`, answered as database faults are."""
+    try:
+        yield
+    except RedisError as exc:
+        raise StorageError() from exc
+
+
+# The bucket refill both scripts begin with: KEYS[1] is the bucket, `now`, `rate` and `burst` are
+# set; it leaves `tokens` (refilled, not yet taken from) and `stamp` (the refill time to store).
+REFILL = """
+local state = redis.call('HMGET', KEYS[1], 't', 'ts')
+local tokens = burst
+local stamp = ARGV[1]
+if state[1] then
+  tokens = math.min(burst, tonumber(state[1]) + math.max(0, now - tonumber(state[2])) * rate)
+  if tonumber(state[2]) > now then stamp = state[2] end
+end
+"""
+
+# KEYS: bucket, created, ops. ARGV: now, rate, burst, creates (0/1), interval, ops limit, seed
+# (-1: none), ops ttl. Answers {outcome, tokens, retry_after, ops_used}; floats as strings, since
+# Redis turns Lua numbers into integers. 0.999999 tokens are enough, as in limits_memory.py.
+TAKE = (
+    """
+local now = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+local interval = tonumber(ARGV[5])
+local used = redis.call('GET', KEYS[3])
+if not used then
+  local seed = tonumber(ARGV[7])
+  if seed < 0 then return {4, '0', '0', 0} end
+  redis.call('SET', KEYS[3], seed, 'EX', ARGV[8])
+  used = seed
+else
+  used = tonumber(used)
+end
+"""
+    + REFILL
+    + """if tokens < 0.999999 then
+  return {1, string.format('%.17g', tokens), string.format('%.17g', (1 - tokens) / rate), used}
+end
+if ARGV[4] == '1' and interval > 0 then
+  local last = redis.call('GET', KEYS[2])
+  if last then
+    local wait = tonumber(last) + interval - tonumber(ARGV[1])
+    if wait > 0 then return {2, string.format('%.17g', tokens), string.format('%.17g', wait), used} end
+  end
+end
+tokens = tokens - 1
+redis.call('HSET', KEYS[1], 't', string.format('%.17g', tokens), 'ts', stamp)
+redis.call('EXPIRE', KEYS[1], math.ceil(burst / rate) + 60)
+if used >= tonumber(ARGV[6]) then return {3, string.format('%.17g', tokens), '0', used} end
+if ARGV[4] == '1' then
+  redis.call('SET', KEYS[2], ARGV[1], 'EX', math.ceil(interval) + 60)
+end
+used = redis.call('INCR', KEYS[3])
+return {0, string.format('%.17g', tokens), '0', used}
+"""
+)
+
+# KEYS: bucket. ARGV: now, rate, burst. Answers seconds to wait, "0" when a token was taken.
+HIT = (
+    """
+local now = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+"""
+    + REFILL
+    + """if tokens < 0.999999 then return string.format('%.17g', (1 - tokens) / rate) end
+redis.call('HSET', KEYS[1], 't', string.format('%.17g', tokens - 1), 'ts', stamp)
+redis.call('EXPIRE', KEYS[1], math.ceil(burst / rate) + 60)
+return '0'
+"""
+)
+
+# KEYS: log. ARGV: now, window. Answers {count, oldest} of the failures within the window.
+FAILURES = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[1]) - tonumber(ARGV[2]))
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return {redis.call('ZCARD', KEYS[1]), oldest[2] or '0'}
+"""
+
+
+class RedisCounters:
+    def __init__(self, client: aioredis.Redis, *, prefix: str) -> None:
+        self._redis = client
+        self._prefix = prefix + "limits:"
+        self._take = client.register_script(TAKE)
+        self._hit = client.register_script(HIT)
+        self._failures = client.register_script(FAILURES)
+
+    @classmethod
+    def from_url(cls, url: str, *, prefix: str) -> RedisCounters:
+        return cls(aioredis.Redis.from_url(url), prefix=prefix)
+
+    def _user(self, user_id: str, what: str) -> str:
+        return f"{self._prefix}{{{user_id}}}:{what}"
+
+    async def take(self, take: Take) -> Verdict:
+        rule = take.rule
+        keys = [
+            self._user(take.user_id, "bucket"),
+            self._user(take.user_id, "created"),
+            self._user(take.user_id, f"ops:{take.month}"),
+        ]
+        args: list[Any] = [
+            repr(take.now),
+            repr(rule.rate),
+            repr(rule.burst),
+            1 if take.creates_mailbox else 0,
+            repr(rule.create_interval),
+            rule.ops_limit,
+            -1 if take.seed is None else take.seed,
+            max(1, take.ops_ttl),
+        ]
+        with _unavailable():
+            outcome, tokens, retry_after, used = await self._take(keys=keys, args=args)
+        return Verdict(Outcome(int(outcome)), tokens=float(tokens), retry_after=float(retry_after), ops_used=int(used))
+
+    async def ops_used(self, user_id: str, month: str) -> int | None:
+        with _unavailable():
+            value = await self._redis.get(self._user(user_id, f"ops:{month}"))
+        return None if value is None else int(value)
+
+    async def hit(self, key: str, *, now: float, rate: float, burst: float) -> float:
+        with _unavailable():
+            wait = await self._hit(keys=[self._prefix + key], args=[repr(now), repr(rate), repr(burst)])
+        return float(wait)
+
+    async def failures(self, key: str, *, now: float, window: float) -> tuple[int, float]:
+        with _unavailable():
+            count, oldest = await self._failures(keys=[self._prefix + key], args=[repr(now), repr(window)])
+        return int(count), (float(oldest) + window - now) if int(count) else 0.0
+
+    async def add_failure(self, key: str, *, now: float, window: float) -> None:
+        name = self._prefix + key
+        with _unavailable():
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.zadd(name, {f"{now!r}:{secrets.token_hex(4)}": now})
+                pipe.expire(name, math.ceil(window) + 60)
+                await pipe.execute()
+
+    async def clear_failures(self, key: str) -> None:
+        with _unavailable():
+            await self._redis.delete(self._prefix + key)
+
+    def prune(self, *, now: float, month: str) -> None:
+        return None  # Redis expiry collects idle keys.
+
+    async def close(self) -> None:
+        await self._redis.aclose()

@@ -1,0 +1,226 @@
+"""Mailboxes: the public domain list, creation, lookup with ownership rules, deletion, password
+reset and the mailbox sign-in (`POST /api/token`).
+
+Ownership: through `/api/accounts` a mailbox answers only to the API token that created it or
+to its own mailbox token; through `/api/user/*` (`scope="user"`) to any token of its user.
+Everything else answers 404 so that existence never leaks.
+
+A reset or a deletion is announced on the event bus after commit, so open WebSockets of
+earlier tokens close at once, in every process.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Literal
+
+import msgspec
+
+from inboxd.config import Settings
+from inboxd.errors import Conflict, DuplicateKey, Forbidden, InvalidRequest, NotFound, Unauthorized
+from inboxd.events import REVOKE_ALL, EventBus
+from inboxd.model import Mailbox, Principal, PublicDomain, User
+from inboxd.services.credentials import MailboxTokens, auth_key_from, hash_auth_key, same_secret
+from inboxd.store import custom_domains as domain_store
+from inboxd.store import mailboxes as store
+from inboxd.store.db import Database, Tx
+
+_LOCAL = re.compile(r"[a-z0-9_+\-]+(\.[a-z0-9_+\-]+)*")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+Scope = Literal["token", "user"]
+_cursor_encoder = msgspec.json.Encoder()
+_cursor_decoder = msgspec.json.Decoder(tuple[float, str])
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedMailbox:
+    mailbox: Mailbox
+    token: str
+
+
+def split_address(address: str) -> tuple[str, str]:
+    """Validate `local@domain` (decisions.md form) and return it lower-cased and split."""
+    address = address.strip().lower()
+    local, sep, domain = address.rpartition("@")
+    if not sep or not domain or not (1 <= len(local) <= 64) or not _LOCAL.fullmatch(local):
+        raise InvalidRequest("The address must be local@domain with a valid local part.", code="invalid_address")
+    return local, domain.rstrip(".")
+
+
+class MailboxService:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        settings: Settings,
+        tokens: MailboxTokens,
+        clock: Callable[[], float],
+        bus: EventBus,
+    ) -> None:
+        self._db = db
+        self._bus = bus
+        self._settings = settings
+        self._tokens = tokens
+        self._clock = clock
+        self._public = [
+            PublicDomain(
+                id=str(uuid.uuid5(uuid.NAMESPACE_DNS, name)),
+                domain=name,
+                default=i == 0,
+                sort_order=i,
+                pro_only=name in settings.pro_only_domains,
+            )
+            for i, name in enumerate(settings.public_domains)
+        ]
+
+    def public_domains(self) -> list[PublicDomain]:
+        return self._public
+
+    def is_public_domain(self, domain: str) -> bool:
+        return any(d.domain == domain for d in self._public)
+
+    async def create(
+        self, principal: Principal, address: str, *, password: str | None, auth_key: str | None
+    ) -> CreatedMailbox:
+        if principal.token_id is None:
+            raise Forbidden("Mailboxes are created with an API token.")
+        user = principal.user
+        local, domain = split_address(address)
+        address = f"{local}@{domain}"
+        key = await auth_key_from(address, password=password, auth_key=auth_key)
+        domain_id = await self._allowed_domain(user, domain)
+        cap = self._settings.pro_max_mailboxes if user.is_pro else self._settings.free_max_mailboxes
+        quota = self._settings.pro_mailbox_quota if user.is_pro else self._settings.free_mailbox_quota
+        mailbox = Mailbox(
+            id=str(uuid.uuid4()),
+            user_id=user.id,
+            token_id=principal.token_id,
+            address=address,
+            domain_id=domain_id,
+            quota=quota,
+            used=0,
+            password_gen=0,
+            created_at=self._clock(),
+        )
+
+        async def insert(tx: Tx) -> None:
+            if await store.count_for_user(tx, user.id) >= cap:
+                raise Forbidden(f"This plan allows {cap} mailboxes.", code="account_limit_reached")
+            if await store.get_by_address(tx, address) is not None:
+                raise Conflict("That address is taken.", code="address_taken")
+            await store.insert(tx, mailbox, hash_auth_key(key))
+
+        try:
+            await self._db.write(insert)
+        except DuplicateKey as exc:
+            raise Conflict("That address is taken.", code="address_taken") from exc
+        return CreatedMailbox(mailbox=mailbox, token=self._tokens.issue(mailbox.id, 0, now=self._clock()))
+
+    async def _allowed_domain(self, user: User, domain: str) -> str | None:
+        """None for a public domain, the custom domain's id for a verified one of this user."""
+        for public in self._public:
+            if public.domain == domain:
+                if public.pro_only and not user.is_pro:
+                    raise InvalidRequest("That domain is for Pro accounts.", code="invalid_domain")
+                return None
+        custom = await self._db.read(partial(domain_store.get_by_name, domain=domain))
+        # Custom domains are a Pro resource: a downgraded user keeps its mailboxes there, makes no new ones.
+        if custom is None or custom.user_id != user.id or custom.verify_status != "verified" or not user.is_pro:
+            raise InvalidRequest("Mailboxes cannot be created on that domain.", code="invalid_domain")
+        return custom.id
+
+    async def find(self, principal: Principal, ref: str, *, scope: Scope = "token") -> Mailbox:
+        """The mailbox named by UUID or address, if this caller may reach it; else 404."""
+        ref = ref.strip().lower()
+        if _UUID.fullmatch(ref):
+            mailbox = await self._db.read(partial(store.get, mailbox_id=ref))
+        elif "@" in ref:
+            mailbox = await self._db.read(partial(store.get_by_address, address=ref))
+        else:
+            mailbox = None
+        if mailbox is None or not _reaches(principal, mailbox, scope):
+            raise NotFound("No such mailbox.")
+        return mailbox
+
+    async def password_gens(self, mailbox_ids: list[str]) -> dict[str, int]:
+        """The current password generation of each mailbox that still exists."""
+
+        async def read(tx: Tx) -> dict[str, int]:
+            found = [await store.get(tx, mailbox_id) for mailbox_id in mailbox_ids]
+            return {m.id: m.password_gen for m in found if m is not None}
+
+        return await self._db.read(read)
+
+    async def page_for_user(self, user: User, cursor: str, *, limit: int) -> tuple[list[Mailbox], str]:
+        """One page of every mailbox of `user`, newest first, and the cursor of the next ("" at the end)."""
+        before = _decode_cursor(cursor) if cursor else None
+        # One more than the page tells whether another page follows without a count.
+        rows = await self._db.read(partial(store.list_for_user, user_id=user.id, limit=limit + 1, before=before))
+        page = rows[:limit]
+        return page, _encode_cursor(page[-1]) if len(rows) > limit else ""
+
+    async def delete(self, principal: Principal, ref: str, *, scope: Scope = "token") -> None:
+        mailbox = await self.find(principal, ref, scope=scope)
+        await self._db.write(partial(store.delete, mailbox_id=mailbox.id))
+        await self._bus.revoke(mailbox.id, REVOKE_ALL)
+
+    async def reset_password(
+        self,
+        principal: Principal,
+        ref: str,
+        *,
+        password: str | None,
+        auth_key: str | None,
+        scope: Scope = "token",
+    ) -> None:
+        mailbox = await self.find(principal, ref, scope=scope)
+        key = await auth_key_from(mailbox.address, password=password, auth_key=auth_key)
+        auth_hash = hash_auth_key(key)
+
+        async def reset(tx: Tx) -> int:
+            await store.set_auth(tx, mailbox.id, auth_hash)
+            changed = await store.get(tx, mailbox.id)
+            return mailbox.password_gen + 1 if changed is None else changed.password_gen
+
+        await self._bus.revoke(mailbox.id, await self._db.write(reset))
+
+    async def sign_in(self, address: str, *, password: str | None, auth_key: str | None) -> tuple[Mailbox, str]:
+        """Check a mailbox secret and issue a mailbox token; one message for every failure."""
+        failure = Unauthorized("Wrong address or password.", code="invalid_token")
+        address = address.strip().lower()
+        try:
+            key = await auth_key_from(address, password=password, auth_key=auth_key)
+        except InvalidRequest as exc:
+            if exc.code == "password_too_short":
+                raise failure from exc
+            raise
+        found = await self._db.read(partial(store.get_auth, address=address))
+        if found is None or not same_secret(found[1], hash_auth_key(key)):
+            raise failure
+        mailbox = found[0]
+        return mailbox, self._tokens.issue(mailbox.id, mailbox.password_gen, now=self._clock())
+
+
+def _encode_cursor(last: Mailbox) -> str:
+    return base64.urlsafe_b64encode(_cursor_encoder.encode((last.created_at, last.id))).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[float, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        return _cursor_decoder.decode(raw)
+    except (ValueError, msgspec.DecodeError) as exc:
+        raise InvalidRequest("`cursor` is not one this API gave out.") from exc
+
+
+def _reaches(principal: Principal, mailbox: Mailbox, scope: Scope) -> bool:
+    if principal.mailbox_id is not None:
+        return principal.mailbox_id == mailbox.id
+    if scope == "user":
+        return principal.user.id == mailbox.user_id
+    return principal.token_id is not None and principal.token_id == mailbox.token_id

@@ -1,0 +1,123 @@
+"""Reading and changing messages: pages, detail (full parse on first open, kept), raw source,
+attachments, read marks and deletion. Expired messages answer 410 until they are purged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import msgspec
+
+from inboxd.errors import Gone, InvalidRequest, NotFound
+from inboxd.mail.parse import ParsedMessage, parse_message
+from inboxd.model import Attachment, AttachmentContent, Mailbox, MessageDetail, MessageSummary
+from inboxd.services.rawcodec import decompress
+from inboxd.store import messages as store
+from inboxd.store.db import Database, Tx
+
+MAX_MARK_IDS = 200
+OFF_LOOP_BYTES = 256 * 1024
+
+
+class _StoredDetail(msgspec.Struct):
+    text_body: str
+    html_body: str
+    attachments: list[tuple[str, str, int]]
+
+
+_encode_detail = msgspec.json.Encoder().encode
+_decode_detail = msgspec.json.Decoder(_StoredDetail).decode
+
+
+class MessageService:
+    def __init__(self, db: Database, *, clock: Callable[[], float]) -> None:
+        self._db = db
+        self._clock = clock
+
+    async def page(self, mailbox: Mailbox, page: int) -> list[MessageSummary]:
+        if page < 1:
+            raise InvalidRequest("`page` must be an integer of at least 1.")
+        return await self._db.read(partial(store.page, mailbox_id=mailbox.id, page=page, now=self._clock()))
+
+    async def _live(self, mailbox: Mailbox, message_id: str) -> MessageSummary:
+        summary = await self._db.read(partial(store.get, mailbox_id=mailbox.id, message_id=message_id))
+        if summary is None:
+            raise NotFound("No such message.")
+        if summary.expires_at <= self._clock():
+            raise Gone("This message has expired.", code="expired")
+        return summary
+
+    async def _raw(self, summary: MessageSummary) -> bytes:
+        compressed = await self._db.read(partial(store.raw, message_id=summary.id))
+        if compressed is None:
+            raise NotFound("No such message.")
+        if len(compressed) > OFF_LOOP_BYTES:
+            # A big message (up to 25 MiB) would hold the event loop for milliseconds.
+            return await asyncio.to_thread(decompress, compressed)
+        return decompress(compressed)
+
+    async def detail(self, mailbox: Mailbox, message_id: str) -> MessageDetail:
+        summary = await self._live(mailbox, message_id)
+        cached = await self._db.read(partial(store.detail_json, message_id=summary.id))
+        if cached is None:
+            parsed = await asyncio.to_thread(parse_message, await self._raw(summary))
+            stored = _StoredDetail(
+                text_body=parsed.text_body,
+                html_body=parsed.html_body,
+                attachments=[(a.filename, a.content_type, len(a.data)) for a in parsed.attachments],
+            )
+            await self._db.write(partial(store.save_detail, message_id=summary.id, detail=_encode(stored)))
+        else:
+            stored = _decode_detail(cached)
+        return MessageDetail(
+            summary=summary,
+            address=mailbox.address,
+            text_body=stored.text_body,
+            html_body=stored.html_body,
+            attachments=tuple(
+                Attachment(index=i, filename=name, content_type=ctype, size=size)
+                for i, (name, ctype, size) in enumerate(stored.attachments)
+            ),
+        )
+
+    async def source(self, mailbox: Mailbox, message_id: str) -> bytes:
+        return await self._raw(await self._live(mailbox, message_id))
+
+    async def attachment(self, mailbox: Mailbox, message_id: str, index: str) -> AttachmentContent:
+        if not index.isdigit():
+            raise InvalidRequest("The attachment index must be a non-negative integer.", code="invalid_index")
+        summary = await self._live(mailbox, message_id)
+        parsed: ParsedMessage = await asyncio.to_thread(parse_message, await self._raw(summary))
+        position = int(index)
+        if position >= len(parsed.attachments):
+            raise InvalidRequest("The message has no attachment at that index.", code="invalid_index")
+        part = parsed.attachments[position]
+        return AttachmentContent(filename=part.filename, content_type=part.content_type, data=part.data)
+
+    async def mark_read(self, mailbox: Mailbox, message_id: str) -> None:
+        await self._live(mailbox, message_id)
+        await self._db.write(
+            partial(store.mark_read, mailbox_id=mailbox.id, message_ids=[message_id], now=self._clock())
+        )
+
+    async def mark_many_read(self, mailbox: Mailbox, *, ids: Sequence[str] | None, all_: bool) -> int:
+        now = self._clock()
+        if all_:
+            return await self._db.write(partial(store.mark_all_read, mailbox_id=mailbox.id, now=now))
+        if ids is None or not 1 <= len(ids) <= MAX_MARK_IDS:
+            raise InvalidRequest('`ids` must hold 1 to 200 message ids, or send {"all": true}.')
+        unique = list(dict.fromkeys(ids))
+        return await self._db.write(partial(store.mark_read, mailbox_id=mailbox.id, message_ids=unique, now=now))
+
+    async def delete(self, mailbox: Mailbox, message_id: str) -> None:
+        async def remove(tx: Tx) -> bool:
+            return await store.soft_delete(tx, mailbox.id, message_id)
+
+        if not await self._db.write(remove):
+            raise NotFound("No such message.")
+
+
+def _encode(detail: _StoredDetail) -> str:
+    return _encode_detail(detail).decode()

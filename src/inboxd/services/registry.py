@@ -1,0 +1,34 @@
+"""The services one running inboxd offers, handed by `app.py` to the API and SMTP layers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from inboxd.config import Settings
+from inboxd.events import EventBus
+from inboxd.services.credentials import MailboxTokens
+from inboxd.services.domains import DomainService
+from inboxd.services.ingest import IngestService
+from inboxd.services.limits import Admission
+from inboxd.services.mailboxes import MailboxService
+from inboxd.services.messages import MessageService
+from inboxd.services.profile import ProfileService
+from inboxd.services.users import UserService
+from inboxd.services.webhooks import WebhookService
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    settings: Settings
+    clock: Callable[[], float]
+    users: UserService
+    mailboxes: MailboxService
+    messages: MessageService
+    ingest: IngestService
+    mailbox_tokens: MailboxTokens
+    bus: EventBus
+    admission: Admission
+    domains: DomainService
+    profiles: ProfileService
+    webhooks: WebhookService

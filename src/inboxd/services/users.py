@@ -1,0 +1,144 @@
+"""Users and API tokens: creation (CLI, bootstrap, Pro API), authentication, revocation.
+
+`last_used_at` is coalesced in memory and written in one batch every few seconds and at stop,
+so authenticating a request never costs a database write.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
+
+from inboxd.errors import Conflict, DuplicateKey, InvalidRequest, NotFound, Unauthorized
+from inboxd.model import ApiToken, Principal, User
+from inboxd.services.credentials import (
+    API_TOKEN_PREFIX,
+    MailboxTokens,
+    hash_token,
+    new_api_token,
+)
+from inboxd.store import mailboxes as mailbox_store
+from inboxd.store import users as store
+from inboxd.store.db import Database, Tx
+
+PLANS = ("free", "pro")
+ROLES = ("user", "admin")
+STATUSES = ("active", "suspended")
+
+
+@dataclass(frozen=True, slots=True)
+class NewToken:
+    token: ApiToken
+    value: str
+
+
+class UserService:
+    def __init__(self, db: Database, *, clock: Callable[[], float]) -> None:
+        self._db = db
+        self._clock = clock
+        self._last_used: dict[str, float] = {}
+
+    async def create_user(self, email: str, *, plan: str = "free", role: str = "user") -> User:
+        email = email.strip().lower()
+        if "@" not in email or len(email) > 254:
+            raise InvalidRequest("The email address is not valid.")
+        _check_choice("plan", plan, PLANS)
+        _check_choice("role", role, ROLES)
+        user = User(id=str(uuid.uuid4()), email=email, plan=plan, role=role, status="active", created_at=self._clock())
+        try:
+            await self._db.write(partial(store.insert_user, user=user))
+        except DuplicateKey as exc:
+            raise Conflict("A user with that email exists.", code="user_exists") from exc
+        return user
+
+    async def user_by_email(self, email: str) -> User:
+        user = await self._db.read(partial(store.get_user_by_email, email=email.strip().lower()))
+        if user is None:
+            raise NotFound(f"No user {email}.")
+        return user
+
+    async def set_user(self, email: str, *, plan: str | None = None, status: str | None = None) -> User:
+        user = await self.user_by_email(email)
+        if plan is not None:
+            _check_choice("plan", plan, PLANS)
+        if status is not None:
+            _check_choice("status", status, STATUSES)
+        await self._db.write(partial(store.update_user, user_id=user.id, plan=plan, status=status))
+        return replace(user, plan=plan or user.plan, status=status or user.status)
+
+    async def has_users(self) -> bool:
+        return await self._db.read(store.count_users) > 0
+
+    async def create_token(self, user: User, name: str) -> NewToken:
+        name = name.strip()
+        if not name or len(name) > 100:
+            raise InvalidRequest("`name` must be 1 to 100 characters.")
+        value = new_api_token()
+        token = ApiToken(
+            id=str(uuid.uuid4()),
+            user_id=user.id,
+            name=name,
+            created_at=self._clock(),
+            last_used_at=None,
+            revoked_at=None,
+        )
+        await self._db.write(partial(store.insert_token, token=token, token_hash=hash_token(value)))
+        return NewToken(token=token, value=value)
+
+    async def list_tokens(self, user: User) -> list[ApiToken]:
+        tokens = await self._db.read(partial(store.list_tokens, user_id=user.id))
+        # Show the coalesced value not yet flushed, so the answer is true to the moment.
+        return [
+            replace(t, last_used_at=max(t.last_used_at or 0.0, self._last_used[t.id])) if t.id in self._last_used else t
+            for t in tokens
+        ]
+
+    async def revoke_token(self, user: User, token_id: str) -> None:
+        if not await self._db.write(partial(store.revoke_token, user_id=user.id, token_id=token_id, now=self._clock())):
+            raise NotFound("No such token.")
+
+    async def authenticate(self, bearer: str, mailbox_tokens: MailboxTokens) -> Principal:
+        """Resolve a bearer value to who is calling; raises 401 errors as the spec names them."""
+        if bearer.startswith(API_TOKEN_PREFIX):
+            found = await self._db.read(partial(store.token_with_user, token_hash=hash_token(bearer)))
+            if found is None or found[0].revoked_at is not None:
+                raise Unauthorized("The API token is invalid or revoked.", code="invalid_token")
+            token, user = found
+            _check_active(user)
+            self._last_used[token.id] = self._clock()
+            return Principal(user=user, token_id=token.id)
+        claims = mailbox_tokens.check(bearer, now=self._clock())
+        return await self._db.read(partial(_mailbox_principal, claims_id=claims.mailbox_id, gen=claims.password_gen))
+
+    async def flush_last_used(self) -> None:
+        if not self._last_used:
+            return
+        pending, self._last_used = self._last_used, {}
+        try:
+            await self._db.write(partial(store.touch_tokens, last_used=pending))
+        except Exception:
+            for token_id, ts in pending.items():
+                self._last_used[token_id] = max(ts, self._last_used.get(token_id, 0.0))
+            raise
+
+
+async def _mailbox_principal(tx: Tx, *, claims_id: str, gen: int) -> Principal:
+    mailbox = await mailbox_store.get(tx, claims_id)
+    if mailbox is None or mailbox.password_gen != gen:
+        raise Unauthorized("The mailbox token is no longer valid.", code="invalid_or_expired_token")
+    user = await store.get_user(tx, mailbox.user_id)
+    assert user is not None
+    _check_active(user)
+    return Principal(user=user, mailbox_id=mailbox.id)
+
+
+def _check_active(user: User) -> None:
+    if user.status != "active":
+        raise Unauthorized("This account has been suspended.", code="account_revoked")
+
+
+def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise InvalidRequest(f"`{field}` must be one of {', '.join(allowed)}.")

@@ -1,0 +1,401 @@
+"""Hot-path database access on the drivers themselves: `sqlite3` threads or an asyncpg pool.
+
+Queries are written once, as SQL with `?` placeholders, against the `Tx` interface:
+
+    async def add(tx: Tx) -> None:
+        await tx.execute("INSERT INTO t (a) VALUES (?)", 1)
+    await db.write(add)
+
+A unit of work is an `async def` taking a `Tx` that awaits nothing but `Tx` calls. On
+PostgreSQL it runs on the event loop inside an asyncpg transaction. On SQLite no `Tx` call
+ever suspends, so the coroutine is driven to its end synchronously: reads on the event loop
+(WAL lets them run beside the writer, and they are shorter than a thread hop), and every
+write goes to the one writer thread, which runs all writes that queued up meanwhile in one
+transaction (each in its own SAVEPOINT) and pays one fsync for the lot: group commit. Each
+caller's future resolves only after the COMMIT that holds its work returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import re
+import sqlite3
+import threading
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Protocol, TypeVar
+
+from inboxd.errors import DuplicateKey, StorageError
+
+T = TypeVar("T")
+
+
+class Row(Protocol):
+    """A result row: `sqlite3.Row` or asyncpg's `Record`, by column name or position."""
+
+    def __getitem__(self, key: str | int, /) -> Any: ...
+
+
+Work = Callable[["Tx"], Coroutine[Any, Any, T]]
+
+MAX_BATCH = 512
+log = logging.getLogger("inboxd.store")
+
+
+class Tx(Protocol):
+    """What a unit of work may call. `dialect` is "sqlite" or "postgresql"."""
+
+    dialect: str
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]: ...
+    async def fetchrow(self, sql: str, *args: Any) -> Row | None: ...
+    async def fetchval(self, sql: str, *args: Any) -> Any: ...
+    async def execute(self, sql: str, *args: Any) -> int: ...
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+
+class Database(Protocol):
+    dialect: str
+
+    async def read(self, work: Work[T]) -> T: ...
+    async def write(self, work: Work[T]) -> T: ...
+    async def close(self) -> None: ...
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Drive a coroutine that never suspends (SQLite `Tx` calls) to its result."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("a unit of work awaited something other than its Tx")
+
+
+# --- SQLite ---------------------------------------------------------------------------------
+
+
+class _SqliteTx:
+    dialect = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        return self._conn.execute(sql, args).fetchall()
+
+    async def fetchrow(self, sql: str, *args: Any) -> Row | None:
+        row: Row | None = self._conn.execute(sql, args).fetchone()
+        return row
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        row = self._conn.execute(sql, args).fetchone()
+        return None if row is None else row[0]
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        return self._conn.execute(sql, args).rowcount
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._conn.executemany(sql, rows)
+
+
+def _sqlite_connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+@dataclass
+class _Job:
+    work: Work[Any]
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
+
+
+def _settle(job: _Job, result: Any, error: BaseException | None) -> None:
+    def apply() -> None:
+        if job.future.done():
+            return
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(result)
+
+    # A closed loop means the caller is gone; the writer thread must live on regardless.
+    with contextlib.suppress(RuntimeError):
+        job.loop.call_soon_threadsafe(apply)
+
+
+class SqliteDatabase:
+    """SQLite in WAL mode with `synchronous=FULL`: one group-committing writer thread, reads on the loop."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._reader: sqlite3.Connection | None = None
+        self._writer = threading.Thread(target=self._write_loop, name="sqlite-write", daemon=True)
+        self._writer.start()
+
+    # Reads ------------------------------------------------------------------------------------
+
+    async def read(self, work: Work[T]) -> T:
+        """Run a read on the event loop itself. The reads are indexed and bounded (a page, a row),
+        so they take tens of microseconds, less than a hop to a thread and back; WAL keeps them
+        from ever waiting on the writer. Measured: list pages 1.6k → 2.4k req/s."""
+        if self._reader is None:
+            self._reader = _sqlite_connect(self._path)
+            self._reader.execute("PRAGMA query_only=ON")
+        conn = self._reader
+        try:
+            # One read transaction, so a multi-statement read sees one snapshot.
+            conn.execute("BEGIN")
+            try:
+                return run_sync(work(_SqliteTx(conn)))
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StorageError() from exc
+
+    # Writes -----------------------------------------------------------------------------------
+
+    async def write(self, work: Work[T]) -> T:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(_Job(work, future, loop))
+        return await future
+
+    def _write_loop(self) -> None:
+        """The writer thread. It never dies while jobs can arrive: a job left waiting here would
+        hang its caller for good, so every failure is handed to the jobs it concerns."""
+        try:
+            conn = _sqlite_connect(self._path)
+        except sqlite3.Error as exc:
+            log.error("cannot open the SQLite database for writing: %s", exc)
+            while (job := self._queue.get()) is not None:
+                _settle(job, None, _wrap(exc))
+            return
+        try:
+            while True:
+                job = self._queue.get()
+                if job is None:
+                    return
+                batch = [job]
+                stop = False
+                while len(batch) < MAX_BATCH:
+                    try:
+                        more = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        stop = True
+                        break
+                    batch.append(more)
+                try:
+                    self._run_batch(conn, batch)
+                except Exception as exc:  # a bug must fail its jobs, not kill the thread
+                    log.exception("write batch failed")
+                    for failed in batch:
+                        _settle(failed, None, exc)
+                if stop:
+                    return
+        finally:
+            conn.close()
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            tx = _SqliteTx(conn)
+            for job in batch:
+                conn.execute("SAVEPOINT unit")
+                try:
+                    result = run_sync(job.work(tx))
+                except BaseException as exc:
+                    conn.execute("ROLLBACK TO unit")
+                    conn.execute("RELEASE unit")
+                    outcomes.append((None, _wrap(exc)))
+                else:
+                    conn.execute("RELEASE unit")
+                    outcomes.append((result, None))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            failure = StorageError()
+            failure.__cause__ = exc
+            for job in batch:
+                _settle(job, None, failure)
+            return
+        for job, (result, error) in zip(batch, outcomes, strict=True):
+            _settle(job, result, error)
+
+    async def close(self) -> None:
+        self._queue.put(None)
+        await asyncio.get_running_loop().run_in_executor(None, self._writer.join)
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+def _wrap(exc: BaseException) -> BaseException:
+    if isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc):
+        duplicate = DuplicateKey()
+        duplicate.__cause__ = exc
+        return duplicate
+    if isinstance(exc, sqlite3.Error):
+        wrapped = StorageError()
+        wrapped.__cause__ = exc
+        return wrapped
+    return exc
+
+
+# --- PostgreSQL -----------------------------------------------------------------------------
+
+_PLACEHOLDER = re.compile(r"\?")
+
+
+@lru_cache(maxsize=2048)
+def to_postgres(sql: str) -> str:
+    """`?` placeholders to `$1…$n` (our SQL never holds a literal question mark)."""
+    counter = iter(range(1, 10_000))
+    return _PLACEHOLDER.sub(lambda _m: f"${next(counter)}", sql)
+
+
+class _PgTx:
+    dialect = "postgresql"
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        rows: list[Row] = await self._conn.fetch(to_postgres(sql), *args)
+        return rows
+
+    async def fetchrow(self, sql: str, *args: Any) -> Row | None:
+        row: Row | None = await self._conn.fetchrow(to_postgres(sql), *args)
+        return row
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        return await self._conn.fetchval(to_postgres(sql), *args)
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        status: str = await self._conn.execute(to_postgres(sql), *args)
+        tail = status.rsplit(" ", 1)[-1]
+        return int(tail) if tail.isdigit() else 0
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        await self._conn.executemany(to_postgres(sql), rows)
+
+
+class PostgresDatabase:
+    """asyncpg: reads on the pool, writes group-committed by one writer task.
+
+    Each write waits in a queue; the writer runs whatever queued up meanwhile in one transaction,
+    each unit in its own SAVEPOINT, and resolves the callers after the COMMIT: one WAL flush for
+    the lot, as on SQLite. One writer also means this process's writes never deadlock each other.
+    """
+
+    dialect = "postgresql"
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+        self._queue: asyncio.Queue[tuple[Work[Any], asyncio.Future[Any]] | None] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def connect(cls, url: str, *, schema: str = "", size: int = 20) -> PostgresDatabase:
+        import asyncpg
+
+        settings = {"search_path": schema} if schema else {}
+        pool = await asyncpg.create_pool(
+            url, min_size=1, max_size=size, server_settings=settings, statement_cache_size=512
+        )
+        return cls(pool)
+
+    async def read(self, work: Work[T]) -> T:
+        # No BEGIN/COMMIT around reads: under READ COMMITTED a transaction gives a multi-statement
+        # read no common snapshot anyway, and it costs two round trips per read.
+        try:
+            async with self._pool.acquire() as conn:
+                return await work(_PgTx(conn))
+        except Exception as exc:
+            mapped = _pg_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    async def write(self, work: Work[T]) -> T:
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((work, future))
+        return await future
+
+    async def _write_loop(self) -> None:
+        while True:
+            job = await self._queue.get()
+            if job is None:
+                return
+            batch = [job]
+            stop = False
+            while len(batch) < MAX_BATCH and not self._queue.empty():
+                more = self._queue.get_nowait()
+                if more is None:
+                    stop = True
+                    break
+                batch.append(more)
+            await self._run_batch(batch)
+            if stop:
+                return
+
+    async def _run_batch(self, batch: list[tuple[Work[Any], asyncio.Future[Any]]]) -> None:
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        try:
+            async with self._pool.acquire() as conn, conn.transaction():
+                for work, _future in batch:
+                    try:
+                        async with conn.transaction():  # nested: a SAVEPOINT
+                            outcomes.append((await work(_PgTx(conn)), None))
+                    except Exception as exc:  # handed to its caller; the others go on
+                        outcomes.append((None, _pg_error(exc)))
+        except Exception as exc:  # the batch as a whole failed (connection, COMMIT)
+            failure = _pg_error(exc)
+            outcomes = [(None, failure)] * len(batch)
+        for (_work, future), (result, error) in zip(batch, outcomes, strict=True):
+            if future.done():
+                continue
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._queue.put_nowait(None)
+            await self._writer
+            self._writer = None
+        await self._pool.close()
+
+
+def _pg_error(exc: BaseException) -> BaseException:
+    """asyncpg's failures → ours; anything else (our own errors) passes through unchanged."""
+    import asyncpg
+
+    if isinstance(exc, asyncpg.UniqueViolationError):
+        wrapped: BaseException = DuplicateKey()
+    elif isinstance(exc, asyncpg.PostgresConnectionError | asyncpg.InterfaceError | OSError):
+        wrapped = StorageError()
+    else:
+        return exc
+    wrapped.__cause__ = exc
+    return wrapped

@@ -1,0 +1,171 @@
+"""The only schema of inboxd, as SQLAlchemy Core tables; Alembic migrations are written from it.
+
+Portable on purpose: identifiers are text UUIDs, timestamps Unix seconds in doubles, flags
+small integers, so one SQL text serves SQLite and PostgreSQL on the hot path.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+Ts = sa.Double
+Flag = sa.SmallInteger
+
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("email", sa.Text, nullable=False, unique=True),
+    sa.Column("plan", sa.Text, nullable=False),
+    sa.Column("role", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("created_at", Ts, nullable=False),
+)
+
+api_tokens = sa.Table(
+    "api_tokens",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("token_hash", sa.Text, nullable=False, unique=True),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Column("last_used_at", Ts),
+    sa.Column("revoked_at", Ts),
+    sa.Index("ix_api_tokens_user", "user_id", "created_at"),
+)
+
+custom_domains = sa.Table(
+    "custom_domains",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("domain", sa.Text, nullable=False, unique=True),
+    sa.Column("verify_token", sa.Text, nullable=False),
+    sa.Column("verify_status", sa.Text, nullable=False),
+    sa.Column("verified_at", Ts),
+    sa.Column("mx_configured", Flag, nullable=False, server_default="0"),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Index("ix_custom_domains_user", "user_id", "created_at"),
+)
+
+mailboxes = sa.Table(
+    "mailboxes",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("token_id", sa.Text),
+    sa.Column("address", sa.Text, nullable=False, unique=True),
+    # Null for the public domains; set for a custom domain, whose deletion stops reception.
+    sa.Column("domain_id", sa.Text),
+    sa.Column("auth_hash", sa.Text, nullable=False),
+    sa.Column("password_gen", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("quota", sa.BigInteger, nullable=False),
+    sa.Column("used", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Index("ix_mailboxes_user", "user_id", "created_at"),
+    sa.Index("ix_mailboxes_token", "token_id"),
+)
+
+# One row per stored copy; `deleted` is the soft delete, `expired` set by the sweep once the
+# retention passed (the list also filters on `expires_at` so nothing waits for the sweep).
+messages = sa.Table(
+    "messages",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("mailbox_id", sa.Text, nullable=False),
+    sa.Column("sender", sa.Text, nullable=False),
+    sa.Column("from_header", sa.Text, nullable=False),
+    sa.Column("subject", sa.Text, nullable=False),
+    sa.Column("preview_text", sa.Text, nullable=False),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("is_read", Flag, nullable=False, server_default="0"),
+    sa.Column("deleted", Flag, nullable=False, server_default="0"),
+    sa.Column("expired", Flag, nullable=False, server_default="0"),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Column("expires_at", Ts, nullable=False),
+    sa.Index("ix_messages_list", "mailbox_id", "deleted", "created_at", "id"),
+    sa.Index("ix_messages_expiry", "expired", "expires_at"),
+)
+
+# Raw bytes (zstd) apart from the summary, so a list page never reads a body.
+message_sources = sa.Table(
+    "message_sources",
+    metadata,
+    sa.Column("message_id", sa.Text, primary_key=True),
+    sa.Column("raw", sa.LargeBinary, nullable=False),
+)
+
+# The full parse, made on first open and kept (JSON of bodies and attachment table).
+message_details = sa.Table(
+    "message_details",
+    metadata,
+    sa.Column("message_id", sa.Text, primary_key=True),
+    sa.Column("detail", sa.Text, nullable=False),
+)
+
+webhooks = sa.Table(
+    "webhooks",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("events", sa.Text, nullable=False),
+    sa.Column("secret", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("failure_count", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_triggered_at", Ts),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Index("ix_webhooks_user", "user_id", "created_at"),
+)
+
+# The durable delivery queue: written in the ingest transaction, claimed by the worker.
+webhook_jobs = sa.Table(
+    "webhook_jobs",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("webhook_id", sa.Text, nullable=False),
+    sa.Column("event_id", sa.Text, nullable=False),
+    sa.Column("event_type", sa.Text, nullable=False),
+    sa.Column("payload", sa.Text, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("event_at", Ts, nullable=False),
+    sa.Column("due_at", Ts, nullable=False),
+    sa.Column("claimed_until", Ts, nullable=False, server_default="0"),
+    sa.Index("ix_webhook_jobs_due", "due_at"),
+    sa.Index("ix_webhook_jobs_webhook", "webhook_id"),
+)
+
+webhook_deliveries = sa.Table(
+    "webhook_deliveries",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("webhook_id", sa.Text, nullable=False),
+    sa.Column("event_type", sa.Text, nullable=False),
+    sa.Column("event_id", sa.Text, nullable=False),
+    sa.Column("status_code", sa.Integer, nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("duration_ms", sa.Integer, nullable=False),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Index("ix_webhook_deliveries_webhook", "webhook_id", "created_at"),
+)
+
+# Monthly operation counters, added to in batches (calendar month in UTC, "YYYY-MM").
+ops_usage = sa.Table(
+    "ops_usage",
+    metadata,
+    sa.Column("user_id", sa.Text, primary_key=True),
+    sa.Column("month", sa.Text, primary_key=True),
+    sa.Column("count", sa.BigInteger, nullable=False, server_default="0"),
+)
+
+# Server-wide values made once (the mailbox-token signing key).
+meta = sa.Table(
+    "meta",
+    metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)

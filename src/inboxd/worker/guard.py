@@ -1,0 +1,132 @@
+"""The address guard of outgoing webhooks: which IP addresses a webhook may reach.
+
+A webhook URL is chosen by a user, so without a guard inboxd would POST into its own network
+(server-side request forgery). At every attempt the host is resolved here, each address is
+classified, and the request then connects only to the addresses that passed (the sender's
+resolver hands these back instead of looking the name up a second time, so DNS cannot answer
+differently in between).
+
+Refused: private, loopback, link-local, multicast, reserved, unspecified, documentation and
+shared (100.64.0.0/10) ranges, in IPv4 and IPv6, and the same ranges wrapped in IPv6 as
+IPv4-mapped (::ffff:0:0/96), 6to4 (2002::/16) or NAT64 (64:ff9b::/96) addresses. IP literals
+are recognised in every notation the C resolver accepts (`2130706433`, `0x7f000001`,
+`0177.0.0.1`, `127.1`, `[::ffff:127.0.0.1]`), since the connecting side would accept them too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import re
+import socket
+from dataclasses import dataclass
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_SHARED = ipaddress.IPv4Network("100.64.0.0/10")
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+# Characters of the numeric IPv4 notations inet_aton accepts (decimal, octal, hex parts).
+_LEGACY_V4 = re.compile(r"[0-9a-fA-FxX.]+")
+
+
+class AddressRefused(Exception):
+    """The host is, or resolves to, an address webhooks may not reach."""
+
+
+class ResolutionFailed(Exception):
+    """The host name did not resolve (DNS failure or no address)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The addresses a host was checked to have, for the connection to use."""
+
+    host: str
+    port: int
+    addresses: tuple[tuple[int, str], ...]  # (socket family, address text)
+
+
+def ip_literal(host: str) -> IPAddress | None:
+    """The address `host` denotes when it is an IP literal in any notation, else None."""
+    text = host.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    if ":" in text:
+        try:
+            return ipaddress.IPv6Address(text)
+        except ValueError:
+            return None
+    text = text.removesuffix(".")
+    if not text or not _LEGACY_V4.fullmatch(text):
+        return None
+    try:
+        # inet_aton: the legacy forms (one to four parts, each decimal, 0-octal or 0x-hex).
+        return ipaddress.IPv4Address(socket.inet_aton(text))
+    except OSError:
+        return None
+
+
+def unwrap(address: IPAddress) -> IPAddress:
+    """The IPv4 address carried inside an IPv4-mapped, 6to4 or NAT64 IPv6 address, else itself."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return address
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return address
+
+
+def is_blocked(address: IPAddress) -> bool:
+    """True when a webhook may not reach `address` (see the module docstring)."""
+    inner = unwrap(address)
+    if inner is not address:
+        # The wrapper prefixes are global themselves; what is reached is the address inside.
+        return is_blocked(inner)
+    if isinstance(address, ipaddress.IPv6Address) and address in _NAT64_LOCAL:
+        return True
+    return (
+        address.is_private
+        or address.is_loopback
+        or address.is_link_local
+        or address.is_multicast
+        or address.is_reserved
+        or address.is_unspecified
+        or (isinstance(address, ipaddress.IPv4Address) and address in _SHARED)
+        or (isinstance(address, ipaddress.IPv6Address) and address.is_site_local)
+        or not address.is_global
+    )
+
+
+async def resolve_checked(host: str, port: int, *, allow_private: bool) -> Target:
+    """Resolve `host` once and check every address; raises AddressRefused or ResolutionFailed.
+
+    Every address must pass: a name with one public and one private address is refused, so the
+    outcome never depends on which address a connection happens to try.
+    """
+    literal = ip_literal(host)
+    if literal is not None:
+        candidates: list[IPAddress] = [literal]
+    else:
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError) as exc:
+            raise ResolutionFailed(f"{host}: {exc}") from exc
+        candidates = []
+        for _family, _type, _proto, _name, sockaddr in infos:
+            found = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+            if found not in candidates:
+                candidates.append(found)
+        if not candidates:
+            raise ResolutionFailed(f"{host}: no address")
+    if not allow_private and any(is_blocked(a) for a in candidates):
+        raise AddressRefused(host)
+    return Target(
+        host=host,
+        port=port,
+        addresses=tuple((socket.AF_INET if a.version == 4 else socket.AF_INET6, str(a)) for a in candidates),
+    )

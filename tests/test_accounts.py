@@ -1,0 +1,191 @@
+"""Mailboxes through the REST API: create, read, delete, reset-password, sign-in, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import Harness
+
+
+async def test_public_domains(harness: Harness) -> None:
+    response = await harness.http.get("/api/domains")
+    assert response.status_code == 200
+    [domain] = response.json()["domains"]
+    assert domain["domain"] == "inboxd.localhost"
+    assert domain["default"] is True and domain["sort_order"] == 0 and domain["pro_only"] is False
+    assert len(domain["id"]) == 36
+
+
+async def test_create_read_delete_mailbox(harness: Harness) -> None:
+    created = await harness.new_mailbox(local="Alice.Smith")
+    assert created["address"] == "alice.smith@inboxd.localhost"
+    assert created["token"]
+    info = await harness.http.get(f"/api/accounts/{created['id']}", headers=harness.auth())
+    assert info.status_code == 200
+    body = info.json()
+    assert set(body) == {"id", "address", "role", "quota", "used", "created_at"}
+    assert body["role"] == "user" and body["used"] == 0 and body["quota"] == 1024**3
+    by_address = await harness.http.get(f"/api/accounts/{created['address']}", headers=harness.auth())
+    assert by_address.json()["id"] == created["id"]
+    deleted = await harness.http.delete(f"/api/accounts/{created['id']}", headers=harness.auth())
+    assert deleted.status_code == 204
+    gone = await harness.http.get(f"/api/accounts/{created['id']}", headers=harness.auth())
+    assert gone.status_code == 404 and gone.json()["error"] == "not_found"
+    # A deleted mailbox's address can be created again.
+    again = await harness.http.post(
+        "/api/accounts", json={"address": created["address"], "password": "another1"}, headers=harness.auth()
+    )
+    assert again.status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"address": "bad address@inboxd.localhost", "password": "secret123"}, 400, "invalid_address"),
+        ({"address": "no-at-sign", "password": "secret123"}, 400, "invalid_address"),
+        ({"address": ".lead@inboxd.localhost", "password": "secret123"}, 400, "invalid_address"),
+        ({"address": "a..b@inboxd.localhost", "password": "secret123"}, 400, "invalid_address"),
+        ({"address": "x" * 65 + "@inboxd.localhost", "password": "secret123"}, 400, "invalid_address"),
+        ({"address": "ok@elsewhere.example", "password": "secret123"}, 400, "invalid_domain"),
+        ({"address": "ok@inboxd.localhost", "password": "12345"}, 400, "password_too_short"),
+        ({"address": "ok@inboxd.localhost"}, 400, "invalid_request"),
+        ({"address": "ok@inboxd.localhost", "auth_key": "zz"}, 400, "invalid_request"),
+        ({"address": 5, "password": "secret123"}, 400, "invalid_request"),
+        ({"password": "secret123"}, 400, "invalid_request"),
+    ],
+)
+async def test_create_mailbox_errors(harness: Harness, body: dict[str, object], status: int, code: str) -> None:
+    response = await harness.http.post("/api/accounts", json=body, headers=harness.auth())
+    assert response.status_code == status, response.text
+    assert response.json()["error"] == code
+    assert response.json()["message"]
+
+
+async def test_address_taken_across_users(harness: Harness) -> None:
+    await harness.new_mailbox(local="taken")
+    other = await harness.new_user()
+    response = await harness.http.post(
+        "/api/accounts",
+        json={"address": "TAKEN@inboxd.localhost", "password": "secret123"},
+        headers=harness.auth(other),
+    )
+    assert response.status_code == 409 and response.json()["error"] == "address_taken"
+
+
+async def test_auth_key_and_password_open_the_same_mailbox(harness: Harness) -> None:
+    from inboxd.services.credentials import derive_auth_key
+
+    created = await harness.new_mailbox(local="keyed")
+    key = derive_auth_key(created["address"], "secret123")
+    signed = await harness.http.post("/api/token", json={"address": created["address"], "auth_key": key})
+    assert signed.status_code == 200, signed.text
+    assert signed.json()["id"] == created["id"] and signed.json()["address"] == created["address"]
+    by_password = await harness.http.post("/api/token", json={"address": created["address"], "password": "secret123"})
+    assert by_password.status_code == 200
+
+
+async def test_sign_in_failures_share_one_answer(harness: Harness) -> None:
+    created = await harness.new_mailbox()
+    wrong = await harness.http.post("/api/token", json={"address": created["address"], "password": "wrongpass"})
+    unknown = await harness.http.post("/api/token", json={"address": "nobody@inboxd.localhost", "password": "x" * 8})
+    assert wrong.status_code == unknown.status_code == 401
+    assert wrong.json() == unknown.json()
+    assert wrong.json()["error"] == "invalid_token"
+
+
+async def test_other_tokens_get_404(harness: Harness) -> None:
+    created = await harness.new_mailbox()
+    same_user_other_token = (
+        await harness.server.services.users.create_token(
+            await harness.server.services.users.user_by_email("admin@localhost"), "second"
+        )
+    ).value
+    other_user = await harness.new_user()
+    for token in (same_user_other_token, other_user):
+        for method, path in [
+            ("GET", f"/api/accounts/{created['id']}"),
+            ("DELETE", f"/api/accounts/{created['id']}"),
+            ("GET", f"/api/accounts/{created['address']}/messages"),
+        ]:
+            response = await harness.http.request(method, path, headers=harness.auth(token))
+            assert response.status_code == 404, (method, path)
+            assert response.json()["error"] == "not_found"
+
+
+async def test_reset_password_invalidates_tokens(harness: Harness) -> None:
+    created = await harness.new_mailbox()
+    old = created["token"]
+    assert (await harness.http.get(f"/api/accounts/{created['id']}", headers=harness.auth(old))).status_code == 200
+    reset = await harness.http.put(
+        f"/api/accounts/{created['id']}/reset-password", json={"password": "newsecret"}, headers=harness.auth()
+    )
+    assert reset.status_code == 200 and reset.json() == {"message": "password_reset"}
+    after = await harness.http.get(f"/api/accounts/{created['id']}", headers=harness.auth(old))
+    assert after.status_code == 401 and after.json()["error"] == "invalid_or_expired_token"
+    old_login = await harness.http.post("/api/token", json={"address": created["address"], "password": "secret123"})
+    assert old_login.status_code == 401
+    new_login = await harness.http.post("/api/token", json={"address": created["address"], "password": "newsecret"})
+    assert new_login.status_code == 200
+    short = await harness.http.put(
+        f"/api/accounts/{created['id']}/reset-password", json={"password": "abc"}, headers=harness.auth()
+    )
+    assert short.status_code == 400 and short.json()["error"] == "password_too_short"
+
+
+async def test_mailbox_token_scope(harness: Harness) -> None:
+    created = await harness.new_mailbox()
+    other = await harness.new_mailbox()
+    token = created["token"]
+    assert (await harness.http.get(f"/api/accounts/{created['id']}", headers=harness.auth(token))).status_code == 200
+    listing = await harness.http.get(f"/api/accounts/{created['id']}/messages", headers=harness.auth(token))
+    assert listing.status_code == 200
+    denied = await harness.http.delete(f"/api/accounts/{created['id']}", headers=harness.auth(token))
+    assert denied.status_code == 403 and denied.json()["error"] == "access_denied"
+    create = await harness.http.post(
+        "/api/accounts", json={"address": f"x@{harness.domain}", "password": "secret123"}, headers=harness.auth(token)
+    )
+    assert create.status_code == 403 and create.json()["error"] == "access_denied"
+    elsewhere = await harness.http.get(f"/api/accounts/{other['id']}", headers=harness.auth(token))
+    assert elsewhere.status_code == 404
+
+
+async def test_mailbox_token_expires(harness: Harness) -> None:
+    created = await harness.new_mailbox()
+    harness.clock.advance(86400 + 1)
+    response = await harness.http.get(f"/api/accounts/{created['id']}", headers=harness.auth(created["token"]))
+    assert response.status_code == 401 and response.json()["error"] == "invalid_or_expired_token"
+
+
+async def test_free_mailbox_cap(harness: Harness) -> None:
+    free = await harness.new_user(plan="free")
+    for i in range(10):
+        created = await harness.http.post(
+            "/api/accounts",
+            json={"address": f"cap{i}@{harness.domain}", "password": "secret123"},
+            headers=harness.auth(free),
+        )
+        assert created.status_code == 201
+        assert (await harness.http.get(f"/api/accounts/{created.json()['id']}", headers=harness.auth(free))).json()[
+            "quota"
+        ] == 40 * 1024 * 1024
+    over = await harness.http.post(
+        "/api/accounts",
+        json={"address": f"cap10@{harness.domain}", "password": "secret123"},
+        headers=harness.auth(free),
+    )
+    assert over.status_code == 403 and over.json()["error"] == "account_limit_reached"
+
+
+@pytest.mark.parametrize("header", [None, "Bearer", "Bearer ibx_nope", "Basic abc", "Bearer not.a.jwt"])
+async def test_bad_tokens(harness: Harness, header: str | None) -> None:
+    headers = {} if header is None else {"Authorization": header}
+    response = await harness.http.get("/api/accounts/whatever@inboxd.localhost", headers=headers)
+    assert response.status_code == 401
+    assert response.json()["error"] == "invalid_token"
+
+
+async def test_suspended_user(harness: Harness) -> None:
+    token = await harness.new_user(email="sus@example.test")
+    await harness.server.services.users.set_user("sus@example.test", status="suspended")
+    response = await harness.http.get("/api/accounts/x@inboxd.localhost", headers=harness.auth(token))
+    assert response.status_code == 401 and response.json()["error"] == "account_revoked"

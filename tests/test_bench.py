@@ -1,0 +1,157 @@
+"""The benchmark's own parts: its message, its readings of wrk and py-spy, its Python SMTP
+client and page counter against a real inboxd, and one whole `python -m bench ingest` run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench.hotspots import fold
+from bench.httpload import parse_wrk
+from bench.message import build_message
+from bench.servers import count_pages
+from bench.smtpload import run_python_client
+from bench.tools import Tools
+
+from tests.conftest import Harness
+
+ROOT = Path(__file__).resolve().parent.parent
+
+WRK_OUTPUT = """Running 8s test @ http://127.0.0.1:8025/api/accounts/x/messages
+  1 threads and 16 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     7.66ms    2.10ms  39.40ms   91.00%
+    Req/Sec     2.10k   100.00     2.30k    70.00%
+  Latency Distribution
+     50%    7.20ms
+     75%    8.00ms
+     90%    9.10ms
+     99%  850.00us
+  16800 requests in 8.00s, 40.00MB read
+  Socket errors: connect 0, read 1, write 0, timeout 2
+  Non-2xx or 3xx responses: 3
+Requests/sec:   2100.50
+Transfer/sec:      5.00MB
+"""
+
+
+@pytest.mark.parametrize("size", [1000, 4096, 4097, 10000])
+def test_message_has_the_exact_size_and_no_bare_line_endings(size: int) -> None:
+    message = build_message(size, sender="a@load.test", recipient="b@inboxd.localhost")
+    assert len(message) == size
+    assert message.count(b"\r") == message.count(b"\r\n") == message.count(b"\n")
+    assert b"\r\n." not in message
+    assert message.endswith(b"\r\n")
+
+
+def test_wrk_figures_and_errors_are_read() -> None:
+    result = parse_wrk(WRK_OUTPUT, command="wrk …")
+    assert result.rps == 2100.5
+    assert result.requests == 16800
+    assert result.p50_ms == pytest.approx(7.2)
+    assert result.p99_ms == pytest.approx(0.85)
+    assert result.errors == 6
+    assert not result.failure
+
+
+def test_unreadable_wrk_output_is_a_failure() -> None:
+    assert parse_wrk("unable to connect to 127.0.0.1:1", command="wrk").failure
+
+
+def test_py_spy_stacks_fold_into_self_inclusive_and_threads() -> None:
+    collapsed = "\n".join(
+        [
+            "thread (1): MainThread;run (a/site-packages/uvloop/__init__.py:1);reply (x/src/inboxd/smtp/server.py:4) 6",
+            "thread (1): MainThread;run (a/site-packages/uvloop/__init__.py:10);parse (x/src/inboxd/mail/parse.py:9) 2",
+            "thread (2): sqlite-read_0;_run_read (x/src/inboxd/store/db.py:157) 1",
+            "thread (3): sqlite-read_1;_run_read (x/src/inboxd/store/db.py:159) 1",
+        ]
+    )
+    total, self_time, inclusive, threads = fold(collapsed)
+    assert total == 10
+    assert [(s.function, s.share) for s in self_time] == [
+        ("reply (inboxd/smtp/server.py)", 0.6),
+        ("parse (inboxd/mail/parse.py)", 0.2),
+        ("_run_read (inboxd/store/db.py)", 0.2),
+    ]
+    assert inclusive[0].function == "run (uvloop/__init__.py)" and inclusive[0].share == 0.8
+    assert [(t.function, t.share) for t in threads] == [("MainThread", 0.8), ("sqlite-read", 0.2)]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_python_client_delivers_every_message_and_pages_count_them(harness: Harness) -> None:
+    mailbox = await harness.new_mailbox(local="bench")
+    message = build_message(4096, sender="a@load.test", recipient=mailbox["address"])
+    run = await asyncio.to_thread(
+        run_python_client,
+        port=harness.server.smtp_port,
+        connections=4,
+        messages=70,
+        message=message,
+        recipient=mailbox["address"],
+        timeout=60,
+    )
+    assert not run.failure
+    assert run.messages == 70 and run.elapsed > 0
+
+    def page(n: int) -> list[Any]:
+        url = f"http://127.0.0.1:{harness.server.http_port}/api/accounts/{mailbox['id']}/messages?page={n}"
+        request = urllib.request.Request(url, headers=harness.auth())
+        with urllib.request.urlopen(request, timeout=30) as response:
+            items: list[Any] = json.loads(response.read())["messages"]
+            return items
+
+    assert await asyncio.to_thread(count_pages, page) == 70
+    listed = (await harness.http.get(f"/api/accounts/{mailbox['id']}/messages", headers=harness.auth())).json()
+    assert listed["messages"][0]["subject"] == "Benchmark message of four kilobytes"
+
+
+def test_counting_pages_finds_every_length() -> None:
+    for n in (0, 1, 29, 30, 31, 60, 61, 899, 900, 10000):
+
+        def page(p: int, n: int = n) -> list[int]:
+            return list(range(min(30, max(0, n - 30 * (p - 1)))))
+
+        assert count_pages(page) == n
+
+
+def test_bench_ingest_runs_inboxd_as_a_process_and_checks_durability(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "ingest",
+            "--targets",
+            "inboxd-sqlite",
+            "--client",
+            "python",
+            "--connections",
+            "1,4",
+            "--messages",
+            "40",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"\[2\] inboxd \(SQLite\)\s+4\s+40\s+40\s", done.stdout), done.stdout
+    assert "python -m bench ingest --targets inboxd-sqlite --connections 4 --messages 40 --client python" in done.stdout
+    assert "NOTE" not in done.stdout
+
+
+def test_missing_load_tools_say_how_to_install_them() -> None:
+    hints = Tools(smtp_source=None, wrk=None, py_spy=None).missing_hints()
+    assert len(hints) == 2
+    assert all("apt-get update && apt-get install -y postfix wrk" in h for h in hints)
+    assert Tools(smtp_source="/usr/sbin/smtp-source", wrk="/usr/bin/wrk", py_spy=None).missing_hints() == []

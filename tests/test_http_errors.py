@@ -1,0 +1,78 @@
+"""The error answers outside the spec's table: malformed bodies, unknown paths, methods, size."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import Harness
+
+pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+
+
+async def test_unknown_path_and_method(harness: Harness) -> None:
+    missing = await harness.http.get("/api/nope", headers=harness.auth())
+    assert missing.status_code == 404 and missing.json() == {"error": "not_found", "message": "No such endpoint."}
+    wrong = await harness.http.patch("/api/accounts", headers=harness.auth())
+    assert wrong.status_code == 405 and wrong.json()["error"] == "method_not_allowed"
+    assert "POST" in wrong.headers["allow"]
+
+
+@pytest.mark.parametrize(
+    "content", [b"{", b"[]", b'{"address": 1}', b"\xff\xfe", b"", b"null", b'{"address": "a@b", "password": []}']
+)
+async def test_malformed_json(harness: Harness, content: bytes) -> None:
+    response = await harness.http.post(
+        "/api/accounts", content=content, headers={**harness.auth(), "Content-Type": "application/json"}
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "invalid_request"
+    assert response.json()["message"]
+
+
+async def test_body_over_one_mib(harness: Harness) -> None:
+    big = b'{"address": "' + b"a" * (10 * 1024 * 1024) + b'"}'
+    response = await harness.http.post("/api/accounts", content=big, headers=harness.auth())
+    assert response.status_code == 413 and response.json()["error"] == "payload_too_large"
+
+    async def chunks() -> object:
+        for _ in range(20):
+            yield b"x" * 100_000
+
+    streamed = await harness.http.post("/api/accounts", content=chunks(), headers=harness.auth())  # type: ignore[arg-type]
+    assert streamed.status_code == 413
+    # The server is still fine.
+    assert (await harness.http.get("/healthz")).status_code == 200
+
+
+async def test_bad_page_and_mark_many_sizes(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    base = f"/api/accounts/{box['id']}/messages"
+    for page in ["0", "-1", "abc", "1.5", ""]:
+        response = await harness.http.get(base, params={"page": page}, headers=harness.auth())
+        assert response.status_code == 400 and response.json()["error"] == "invalid_request", page
+    too_many = await harness.http.put(f"{base}/read", json={"ids": ["x"] * 201}, headers=harness.auth())
+    assert too_many.status_code == 400 and too_many.json()["error"] == "invalid_request"
+    empty = await harness.http.put(f"{base}/read", json={"ids": []}, headers=harness.auth())
+    assert empty.status_code == 400
+
+
+async def test_healthz(harness: Harness) -> None:
+    response = await harness.http.get("/healthz")
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+
+async def test_storage_fault_is_500_and_451(harness: Harness) -> None:
+    import smtplib
+    import sqlite3
+
+    box = await harness.new_mailbox()
+    path = harness.server.settings.data_dir / "inboxd.sqlite3"
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE messages")
+    response = await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())
+    assert response.status_code == 500
+    assert response.json() == {"error": "internal_error", "message": "An unexpected error occurred."}
+    with pytest.raises(smtplib.SMTPDataError) as refused:
+        await harness.send(box["address"])
+    assert refused.value.smtp_code == 451
+    assert (await harness.http.get("/healthz")).status_code == 200

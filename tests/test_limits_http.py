@@ -1,0 +1,217 @@
+"""The limits as a client meets them over HTTP: 429 answers, headers, sign-in and public limits.
+
+Each test starts an inboxd with the spec's limit values (the harness default is generous). The
+clock runs with wall time, so where a refill could slip in between two requests the rate is low
+enough that it cannot within any plausible test run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from inboxd.app import Inboxd
+from inboxd.model import User
+from tests.conftest import Clock
+from tests.test_limits import REAL
+
+Start = Callable[..., Awaitable[tuple[Inboxd, httpx.AsyncClient]]]
+
+
+@pytest.fixture
+async def start(make_settings: Any, clock: Clock) -> AsyncIterator[Start]:
+    running: list[tuple[Inboxd, httpx.AsyncClient]] = []
+
+    async def go(**overrides: Any) -> tuple[Inboxd, httpx.AsyncClient]:
+        server = Inboxd(make_settings(**{**REAL, **overrides}), clock=clock)
+        await server.start()
+        http = httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}", timeout=30)
+        running.append((server, http))
+        return server, http
+
+    try:
+        yield go
+    finally:
+        for server, http in running:
+            await http.aclose()
+            await server.stop()
+
+
+async def user_and_auth(server: Inboxd, plan: str) -> tuple[User, dict[str, str]]:
+    users = server.services.users
+    user = await users.create_user(f"{uuid.uuid4().hex[:8]}@example.test", plan=plan)
+    return user, {"Authorization": f"Bearer {(await users.create_token(user, 't')).value}"}
+
+
+async def token_for(server: Inboxd, plan: str) -> dict[str, str]:
+    return (await user_and_auth(server, plan))[1]
+
+
+async def test_free_user_paced_to_one_per_second(start: Start, clock: Clock) -> None:
+    # 0.2/s: a token every 5 s, so no refill lands between two requests of this test.
+    server, http = await start(free_rps=0.2)
+    auth = await token_for(server, "free")
+    missing = f"/api/accounts/{uuid.uuid4()}"
+    first = await http.get(missing, headers=auth)
+    assert first.status_code == 404
+    # An error after admission still carries the headers.
+    assert first.headers["RateLimit-Limit"] == "1"
+    assert first.headers["RateLimit-Remaining"] == "0"
+    assert first.headers["RateLimit-Reset"] == "5"
+    assert first.headers["X-Ops-Used"] == "1"
+    assert first.headers["X-Ops-Limit"] == "500"
+    second = await http.get(missing, headers=auth)
+    assert second.status_code == 429
+    assert second.json() == {"error": "rate_limit_exceeded"}
+    assert 1 <= int(second.headers["Retry-After"]) <= 5
+    assert second.headers["RateLimit-Remaining"] == "0"
+    assert second.headers["X-Ops-Used"] == "1"
+    clock.advance(5)
+    assert (await http.get(missing, headers=auth)).status_code == 404
+
+
+async def test_one_bucket_over_all_of_a_users_tokens(start: Start) -> None:
+    server, http = await start(free_rps=0.2)
+    user, auth = await user_and_auth(server, "free")
+    other = {"Authorization": f"Bearer {(await server.services.users.create_token(user, 'second')).value}"}
+    address = f"b{uuid.uuid4().hex[:6]}@inboxd.localhost"
+    created = await http.post("/api/accounts", json={"address": address, "password": "secret123"}, headers=auth)
+    assert created.status_code == 201
+    signed = await http.post("/api/token", json={"address": address, "password": "secret123"})
+    mailbox = {"Authorization": f"Bearer {signed.json()['token']}"}
+    path = f"/api/accounts/{created.json()['id']}"
+    # The one token of the bucket went to the creation: the user's other API token and the
+    # mailbox's token are refused alike.
+    assert (await http.get(path, headers=other)).status_code == 429
+    assert (await http.get(path, headers=mailbox)).status_code == 429
+
+
+async def test_pro_user_gets_ten_per_second(start: Start) -> None:
+    server, http = await start()
+    auth = await token_for(server, "pro")
+    path = f"/api/accounts/{uuid.uuid4()}"
+    began = time.monotonic()
+    answers = await asyncio.gather(*(http.get(path, headers=auth) for _ in range(40)))
+    elapsed = time.monotonic() - began
+    passed = [a for a in answers if a.status_code == 404]
+    # The burst of ten, plus whatever refilled at 10/s while the requests were under way.
+    assert 10 <= len(passed) <= 10 + int(elapsed * 10) + 1
+    assert any(a.status_code == 429 for a in answers)
+    assert {a.headers["RateLimit-Limit"] for a in answers} == {"10"}
+    assert max(int(a.headers["X-Ops-Used"]) for a in passed) == len(passed)
+    assert passed[0].headers["X-Ops-Limit"] == "100000"
+
+
+async def test_mailbox_creation_interval_over_http(start: Start, clock: Clock) -> None:
+    server, http = await start(free_rps=1000.0)
+    auth = await token_for(server, "free")
+
+    def body() -> dict[str, str]:
+        return {"address": f"c{uuid.uuid4().hex[:6]}@inboxd.localhost", "password": "secret123"}
+
+    created = await http.post("/api/accounts", json=body(), headers=auth)
+    assert created.status_code == 201
+    # A success carries the headers too.
+    assert created.headers["RateLimit-Limit"] == "1000"
+    assert created.headers["RateLimit-Remaining"] == "999"
+    assert created.headers["RateLimit-Reset"] == "1"
+    assert created.headers["X-Ops-Used"] == "1"
+    assert created.headers["X-Ops-Limit"] == "500"
+    refused = await http.post("/api/accounts", json=body(), headers=auth)
+    assert refused.status_code == 429
+    assert refused.json() == {"error": "rate_limit_exceeded"}
+    assert 7 <= int(refused.headers["Retry-After"]) <= 8
+    clock.advance(8)
+    assert (await http.post("/api/accounts", json=body(), headers=auth)).status_code == 201
+
+
+async def test_quota_runs_out_and_comes_back_next_month(start: Start, clock: Clock) -> None:
+    server, http = await start(free_rps=1000.0, free_ops_limit=3)
+    user, auth = await user_and_auth(server, "free")
+    path = f"/api/accounts/{uuid.uuid4()}"
+    for n in range(3):
+        answer = await http.get(path, headers=auth)
+        assert answer.status_code == 404
+        assert answer.headers["X-Ops-Used"] == str(n + 1)
+    out = await http.get(path, headers=auth)
+    assert out.status_code == 429
+    assert out.json()["error"] == "ops_quota_exceeded"
+    assert out.json()["message"]
+    assert int(out.headers["Retry-After"]) >= 1
+    assert out.headers["X-Ops-Used"] == "3"
+    assert await server.services.admission.usage(user) == (3, 3)
+    now = datetime.fromtimestamp(clock(), UTC)
+    next_month = datetime(now.year + (now.month == 12), now.month % 12 + 1, 1, tzinfo=UTC).timestamp()
+    clock.advance(next_month - clock() + 1)
+    back = await http.get(path, headers=auth)
+    assert back.status_code == 404
+    assert back.headers["X-Ops-Used"] == "1"
+
+
+async def test_failed_sign_ins_are_limited_per_address(start: Start) -> None:
+    server, http = await start()
+    auth = await token_for(server, "pro")
+    address = f"s{uuid.uuid4().hex[:6]}@inboxd.localhost"
+    assert (
+        await http.post("/api/accounts", json={"address": address, "password": "secret123"}, headers=auth)
+    ).status_code == 201
+    for _ in range(10):
+        wrong = await http.post("/api/token", json={"address": address, "password": "wrongpass"})
+        assert wrong.status_code == 401
+    # The eleventh try is refused before the password is even looked at, right or wrong.
+    blocked = await http.post("/api/token", json={"address": address, "password": "secret123"})
+    assert blocked.status_code == 429
+    assert blocked.json() == {"error": "rate_limit_exceeded"}
+    assert 500 <= int(blocked.headers["Retry-After"]) <= 600
+
+
+async def test_successful_sign_in_resets_the_address(start: Start) -> None:
+    server, http = await start(login_max_failures=3)
+    auth = await token_for(server, "pro")
+    address = f"s{uuid.uuid4().hex[:6]}@inboxd.localhost"
+    assert (
+        await http.post("/api/accounts", json={"address": address, "password": "secret123"}, headers=auth)
+    ).status_code == 201
+    for _ in range(2):
+        assert (await http.post("/api/token", json={"address": address, "password": "wrongpass"})).status_code == 401
+    assert (await http.post("/api/token", json={"address": address, "password": "secret123"})).status_code == 200
+    # The IP has 2 failures of 3 left over; the address starts again.
+    assert (await http.post("/api/token", json={"address": address, "password": "wrongpass"})).status_code == 401
+    assert (await http.post("/api/token", json={"address": address, "password": "wrongpass"})).status_code == 429
+
+
+async def test_failed_sign_ins_are_limited_per_ip(start: Start, clock: Clock) -> None:
+    _, http = await start()
+    for n in range(10):
+        answer = await http.post("/api/token", json={"address": f"n{n}@inboxd.localhost", "password": "wrongpass"})
+        assert answer.status_code == 401
+    blocked = await http.post("/api/token", json={"address": "fresh@inboxd.localhost", "password": "wrongpass"})
+    assert blocked.status_code == 429
+    assert blocked.json() == {"error": "rate_limit_exceeded"}
+    clock.advance(601)
+    assert (
+        await http.post("/api/token", json={"address": "fresh@inboxd.localhost", "password": "x" * 8})
+    ).status_code == 401
+
+
+async def test_public_domain_list_is_limited_per_ip(start: Start) -> None:
+    # 0.5/s, burst 1: the second request within 2 s is refused.
+    _, http = await start(public_rps=0.5)
+    assert (await http.get("/api/domains")).status_code == 200
+    refused = await http.get("/api/domains")
+    assert refused.status_code == 429
+    assert refused.json() == {"error": "rate_limit_exceeded"}
+    assert refused.headers["Retry-After"] in {"1", "2"}
+
+
+async def test_default_public_limit_is_generous(start: Start) -> None:
+    _, http = await start()
+    for _ in range(30):
+        assert (await http.get("/api/domains")).status_code == 200

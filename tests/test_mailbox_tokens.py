@@ -1,0 +1,62 @@
+"""Mailbox tokens on REST: every path of their own mailbox's info and messages works; every
+other path is 403 access_denied; another mailbox is 404 not_found."""
+
+from __future__ import annotations
+
+from tests.conftest import Harness
+
+
+async def test_own_mailbox_paths(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    await harness.send(box["address"])
+    auth = harness.auth(box["token"])
+    base = f"/api/accounts/{box['id']}"
+    info = await harness.http.get(base, headers=auth)
+    assert info.status_code == 200 and info.json()["id"] == box["id"]
+    assert (await harness.http.get(f"/api/accounts/{box['address']}", headers=auth)).status_code == 200
+    listing = await harness.http.get(f"{base}/messages", headers=auth)
+    assert listing.status_code == 200
+    message_id = listing.json()["messages"][0]["id"]
+    assert (await harness.http.get(f"{base}/messages/{message_id}", headers=auth)).status_code == 200
+    assert (await harness.http.get(f"{base}/messages/{message_id}/source", headers=auth)).status_code == 200
+    attachment = await harness.http.get(f"{base}/messages/{message_id}/attachments/0", headers=auth)
+    assert attachment.status_code == 400 and attachment.json()["error"] == "invalid_index"
+    assert (await harness.http.put(f"{base}/messages/{message_id}/read", headers=auth)).status_code == 204
+    many = await harness.http.put(f"{base}/messages/read", json={"all": True}, headers=auth)
+    assert many.status_code == 200
+    assert (await harness.http.delete(f"{base}/messages/{message_id}", headers=auth)).status_code == 204
+
+
+async def test_other_paths_are_denied(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    auth = harness.auth(box["token"])
+    for method, path, body in [
+        ("DELETE", f"/api/accounts/{box['id']}", None),
+        ("PUT", f"/api/accounts/{box['id']}/reset-password", {"password": "another1"}),
+        ("POST", "/api/accounts", {"address": f"new@{harness.domain}", "password": "secret123"}),
+    ]:
+        response = await harness.http.request(method, path, json=body, headers=auth)
+        assert response.status_code == 403, (method, path)
+        assert response.json()["error"] == "access_denied"
+
+
+async def test_other_mailboxes_are_not_found(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    other = await harness.new_mailbox()
+    await harness.send(other["address"])
+    owner = harness.auth()
+    listing = await harness.http.get(f"/api/accounts/{other['id']}/messages", headers=owner)
+    message_id = listing.json()["messages"][0]["id"]
+    auth = harness.auth(box["token"])
+    for path in [
+        f"/api/accounts/{other['id']}",
+        f"/api/accounts/{other['address']}",
+        f"/api/accounts/{other['id']}/messages",
+        f"/api/accounts/{other['id']}/messages/{message_id}",
+        f"/api/accounts/{other['id']}/messages/{message_id}/source",
+    ]:
+        response = await harness.http.get(path, headers=auth)
+        assert response.status_code == 404, path
+        assert response.json()["error"] == "not_found"
+    marked = await harness.http.put(f"/api/accounts/{other['id']}/messages/{message_id}/read", headers=auth)
+    assert marked.status_code == 404

@@ -1,0 +1,200 @@
+"""Messages through SMTP and REST: list, detail, source, attachments, marks, delete, expiry."""
+
+from __future__ import annotations
+
+from email.message import EmailMessage
+from email.policy import SMTP
+
+from tests.conftest import Harness, simple_message
+
+
+def rich_message() -> EmailMessage:
+    msg = EmailMessage()
+    msg["From"] = "=?utf-8?q?J=C3=BCrgen?= <jurgen@example.org>"
+    msg["To"] = "x@inboxd.localhost"
+    msg["Subject"] = "Rechnung für Oktober"
+    msg.set_content("Hallo,\n\nanbei die Rechnung.\n")
+    msg.add_alternative("<p>Hallo, <b>anbei</b> die Rechnung.</p>", subtype="html")
+    msg.add_attachment(b"%PDF-1.4 fake", maintype="application", subtype="pdf", filename="€ rates.pdf")
+    msg.add_attachment(b"a,b\n1,2\n", maintype="text", subtype="csv", filename="data.csv")
+    return msg
+
+
+async def test_receive_list_and_detail(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    await harness.send(box["address"], rich_message(), sender="bounce@example.org")
+    listing = await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())
+    assert listing.status_code == 200
+    body = listing.json()
+    assert body["page"] == 1
+    [item] = body["messages"]
+    assert set(item) == {"id", "sender", "from", "subject", "preview_text", "size", "is_read", "created_at"}
+    assert item["sender"] == "bounce@example.org"
+    assert item["from"] == "Jürgen <jurgen@example.org>"
+    assert item["subject"] == "Rechnung für Oktober"
+    assert item["preview_text"] == "Hallo, anbei die Rechnung."
+    assert item["is_read"] is False
+    detail = await harness.http.get(f"/api/accounts/{box['id']}/messages/{item['id']}", headers=harness.auth())
+    assert detail.status_code == 200
+    d = detail.json()
+    assert set(d) == {
+        "id",
+        "sender",
+        "from",
+        "subject",
+        "address",
+        "size",
+        "created_at",
+        "text_body",
+        "html_body",
+        "attachments",
+    }
+    assert d["address"] == box["address"]
+    assert d["text_body"].startswith("Hallo,")
+    assert "<b>anbei</b>" in d["html_body"]
+    assert d["attachments"] == [
+        {"index": 0, "filename": "€ rates.pdf", "content_type": "application/pdf", "size": 13},
+        {"index": 1, "filename": "data.csv", "content_type": "text/csv", "size": 8},
+    ]
+    info = await harness.http.get(f"/api/accounts/{box['id']}", headers=harness.auth())
+    assert info.json()["used"] == item["size"]
+    # Opening it again serves the kept parse.
+    again = await harness.http.get(f"/api/accounts/{box['id']}/messages/{item['id']}", headers=harness.auth())
+    assert again.json() == d
+
+
+async def test_source_and_attachments(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    message = rich_message()
+    await harness.send(box["address"], message)
+    [item] = (await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())).json()["messages"]
+    base = f"/api/accounts/{box['id']}/messages/{item['id']}"
+    source = await harness.http.get(f"{base}/source", headers=harness.auth())
+    assert source.status_code == 200
+    assert source.headers["content-type"] == "message/rfc822"
+    assert source.headers["content-disposition"] == 'attachment; filename="message.eml"'
+    assert source.content.startswith(b"Received: from ")
+    assert source.content.endswith(message.as_bytes(policy=SMTP))
+    assert len(source.content) == item["size"]
+    pdf = await harness.http.get(f"{base}/attachments/0", headers=harness.auth())
+    assert pdf.status_code == 200 and pdf.content == b"%PDF-1.4 fake"
+    assert pdf.headers["content-type"] == "application/pdf"
+    assert "filename*=UTF-8''%E2%82%AC%20rates.pdf" in pdf.headers["content-disposition"]
+    csv = await harness.http.get(f"{base}/attachments/1", headers=harness.auth())
+    assert csv.content == b"a,b\n1,2\n" and 'filename="data.csv"' in csv.headers["content-disposition"]
+    for bad in ["2", "-1", "x", "1.0"]:
+        response = await harness.http.get(f"{base}/attachments/{bad}", headers=harness.auth())
+        assert response.status_code == 400 and response.json()["error"] == "invalid_index", bad
+
+
+async def test_pages_of_thirty_newest_first(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    for i in range(31):
+        await harness.send(box["address"], simple_message(subject=f"n{i}"))
+    first = (await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())).json()
+    assert len(first["messages"]) == 30 and first["page"] == 1
+    assert first["messages"][0]["subject"] == "n30"
+    second = (await harness.http.get(f"/api/accounts/{box['id']}/messages?page=2", headers=harness.auth())).json()
+    assert [m["subject"] for m in second["messages"]] == ["n0"] and second["page"] == 2
+    third = (await harness.http.get(f"/api/accounts/{box['id']}/messages?page=3", headers=harness.auth())).json()
+    assert third["messages"] == []
+
+
+async def test_marks_and_delete(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    for i in range(3):
+        await harness.send(box["address"], simple_message(subject=f"m{i}"))
+    base = f"/api/accounts/{box['id']}/messages"
+    items = (await harness.http.get(base, headers=harness.auth())).json()["messages"]
+    ids = [m["id"] for m in items]
+    # GET does not mark read.
+    await harness.http.get(f"{base}/{ids[0]}", headers=harness.auth())
+    one = await harness.http.put(f"{base}/{ids[0]}/read", headers=harness.auth())
+    assert one.status_code == 204
+    assert (await harness.http.put(f"{base}/{ids[0]}/read", headers=harness.auth())).status_code == 204
+    many = await harness.http.put(f"{base}/read", json={"ids": [ids[0], ids[1], "not-mine"]}, headers=harness.auth())
+    assert many.status_code == 200 and many.json() == {"updated": 1}
+    rest = await harness.http.put(f"{base}/read", json={"all": True}, headers=harness.auth())
+    assert rest.json() == {"updated": 1}
+    listed = (await harness.http.get(base, headers=harness.auth())).json()["messages"]
+    assert all(m["is_read"] for m in listed)
+    used_before = (await harness.http.get(f"/api/accounts/{box['id']}", headers=harness.auth())).json()["used"]
+    deleted = await harness.http.delete(f"{base}/{ids[0]}", headers=harness.auth())
+    assert deleted.status_code == 204
+    assert (await harness.http.get(f"{base}/{ids[0]}", headers=harness.auth())).status_code == 404
+    assert (await harness.http.delete(f"{base}/{ids[0]}", headers=harness.auth())).status_code == 404
+    used_after = (await harness.http.get(f"/api/accounts/{box['id']}", headers=harness.auth())).json()["used"]
+    assert used_after == used_before - items[0]["size"]
+    assert len((await harness.http.get(base, headers=harness.auth())).json()["messages"]) == 2
+    missing = await harness.http.put(f"{base}/00000000-0000-0000-0000-000000000000/read", headers=harness.auth())
+    assert missing.status_code == 404
+
+
+async def test_expiry_then_purge(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    await harness.send(box["address"])
+    base = f"/api/accounts/{box['id']}/messages"
+    [item] = (await harness.http.get(base, headers=harness.auth())).json()["messages"]
+    harness.clock.advance(30 * 86400 + 1)  # the admin is Pro: 30 days
+    assert (await harness.http.get(base, headers=harness.auth())).json()["messages"] == []
+    for path in (f"{base}/{item['id']}", f"{base}/{item['id']}/source", f"{base}/{item['id']}/attachments/0"):
+        response = await harness.http.get(path, headers=harness.auth())
+        assert response.status_code == 410 and response.json()["error"] == "expired", path
+    sweeper = harness.server._workers[0]
+    await sweeper.sweep()
+    assert (await harness.http.get(f"/api/accounts/{box['id']}", headers=harness.auth())).json()["used"] == 0
+    harness.clock.advance(7 * 86400 + 1)
+    await sweeper.sweep()
+    assert (await harness.http.get(f"{base}/{item['id']}", headers=harness.auth())).status_code == 404
+
+
+async def test_free_retention_is_seven_days(harness: Harness) -> None:
+    free = await harness.new_user(plan="free")
+    box = await harness.new_mailbox(free)
+    await harness.send(box["address"])
+    base = f"/api/accounts/{box['id']}/messages"
+    harness.clock.advance(6 * 86400)
+    assert len((await harness.http.get(base, headers=harness.auth(free))).json()["messages"]) == 1
+    harness.clock.advance(86400 + 1)
+    assert (await harness.http.get(base, headers=harness.auth(free))).json()["messages"] == []
+
+
+async def test_mailbox_token_reads_messages(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    await harness.send(box["address"])
+    base = f"/api/accounts/{box['address']}/messages"
+    listing = await harness.http.get(base, headers=harness.auth(box["token"]))
+    [item] = listing.json()["messages"]
+    detail = await harness.http.get(f"{base}/{item['id']}", headers=harness.auth(box["token"]))
+    assert detail.status_code == 200
+
+
+async def test_unparseable_message_is_kept(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    garbage = b"\x00\xff\xfe not a header\r\n\r\n--boundary-without-start\r\n\xc3\x28 body \x00\r\n"
+    await harness.send(box["address"], garbage)
+    base = f"/api/accounts/{box['id']}/messages"
+    [item] = (await harness.http.get(base, headers=harness.auth())).json()["messages"]
+    detail = await harness.http.get(f"{base}/{item['id']}", headers=harness.auth())
+    assert detail.status_code == 200
+    source = await harness.http.get(f"{base}/{item['id']}/source", headers=harness.auth())
+    assert source.content.endswith(garbage)
+
+
+async def test_large_attachment_round_trip(harness: Harness) -> None:
+    import os
+
+    box = await harness.new_mailbox()
+    payload = os.urandom(3 * 1024 * 1024)  # incompressible, so the stored form stays large
+    msg = simple_message()
+    msg.add_attachment(payload, maintype="application", subtype="octet-stream", filename="blob.bin")
+    await harness.send(box["address"], msg)
+    base = f"/api/accounts/{box['id']}/messages"
+    [item] = (await harness.http.get(base, headers=harness.auth())).json()["messages"]
+    assert item["size"] > 4 * 1024 * 1024  # base64 on the wire
+    detail = (await harness.http.get(f"{base}/{item['id']}", headers=harness.auth())).json()
+    assert detail["attachments"][0]["size"] == len(payload)
+    blob = await harness.http.get(f"{base}/{item['id']}/attachments/0", headers=harness.auth())
+    assert blob.content == payload
+    source = await harness.http.get(f"{base}/{item['id']}/source", headers=harness.auth())
+    assert len(source.content) == item["size"]
