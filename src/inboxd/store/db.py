@@ -104,13 +104,23 @@ class _SqliteTx:
 
 
 def _sqlite_connect(path: str) -> sqlite3.Connection:
+    """A connection with our pragmas. The journal mode is not among them: switching to WAL takes
+    an exclusive lock without waiting on the busy handler, so two connections opening a fresh
+    file at once could fail with "database is locked". `_enable_wal` does it once, first."""
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
     conn.row_factory = sqlite3.Row
-    conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA busy_timeout=30000")
     return conn
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    """WAL is a property of the file and persists, so setting it on the first connection, before
+    any other exists, is enough for every later one."""
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise sqlite3.OperationalError(f"cannot switch the database to WAL (journal mode is {mode})")
 
 
 @dataclass
@@ -143,7 +153,12 @@ class SqliteDatabase:
         self._path = path
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._reader: sqlite3.Connection | None = None
-        self._writer = threading.Thread(target=self._write_loop, name="sqlite-write", daemon=True)
+        try:
+            conn = _sqlite_connect(path)
+            _enable_wal(conn)
+        except sqlite3.Error as exc:
+            raise _wrap(exc) from exc
+        self._writer = threading.Thread(target=self._write_loop, args=(conn,), name="sqlite-write", daemon=True)
         self._writer.start()
 
     # Reads ------------------------------------------------------------------------------------
@@ -174,16 +189,9 @@ class SqliteDatabase:
         self._queue.put(_Job(work, future, loop))
         return await future
 
-    def _write_loop(self) -> None:
+    def _write_loop(self, conn: sqlite3.Connection) -> None:
         """The writer thread. It never dies while jobs can arrive: a job left waiting here would
         hang its caller for good, so every failure is handed to the jobs it concerns."""
-        try:
-            conn = _sqlite_connect(self._path)
-        except sqlite3.Error as exc:
-            log.error("cannot open the SQLite database for writing: %s", exc)
-            while (job := self._queue.get()) is not None:
-                _settle(job, None, _wrap(exc))
-            return
         try:
             while True:
                 job = self._queue.get()

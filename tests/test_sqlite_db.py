@@ -1,0 +1,36 @@
+"""The SQLite access path on its own: opening a fresh file while reads and writes start at once."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+from inboxd.store.db import SqliteDatabase, Tx
+
+
+async def _count(tx: Tx) -> int:
+    return int(await tx.fetchval("SELECT count(*) FROM t"))
+
+
+async def _insert(tx: Tx) -> int:
+    return await tx.execute("INSERT INTO t (v) VALUES (1)")
+
+
+async def test_fresh_file_opens_in_wal_while_reads_and_writes_race(tmp_path: Path) -> None:
+    # A migrated file is still in rollback-journal mode; the first read on the loop used to race
+    # the writer thread to switch it to WAL and lose with "database is locked" (seen once in CI).
+    # The old code failed about one iteration in fifteen here.
+    for n in range(200):
+        path = tmp_path / f"{n}.sqlite3"
+        with sqlite3.connect(path) as setup:
+            setup.execute("CREATE TABLE t (v INTEGER)")
+        db = SqliteDatabase(str(path))
+        try:
+            results = await asyncio.gather(db.read(_count), db.write(_insert), db.read(_count))
+            assert results[1] == 1
+            assert await db.read(_count) == 1
+        finally:
+            await db.close()
+        with sqlite3.connect(path) as check:
+            assert check.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
