@@ -201,6 +201,22 @@ async def test_failed_sign_ins_are_limited_per_ip(start: Start, clock: Clock) ->
     ).status_code == 401
 
 
+async def test_forwarding_headers_do_not_change_the_client_ip(start: Start) -> None:
+    # uvicorn trusts X-Forwarded-For from 127.0.0.1 unless told not to: each try below would then
+    # count against a fresh, made-up address and the per-IP limit would never bite.
+    _, http = await start()
+    for n in range(10):
+        forged = {"X-Forwarded-For": f"203.0.113.{n}", "Forwarded": f"for=198.51.100.{n}"}
+        body = {"address": f"n{n}@inboxd.localhost", "password": "wrongpass"}
+        assert (await http.post("/api/token", json=body, headers=forged)).status_code == 401
+    blocked = await http.post(
+        "/api/token",
+        json={"address": "fresh@inboxd.localhost", "password": "wrongpass"},
+        headers={"X-Forwarded-For": "192.0.2.77"},
+    )
+    assert blocked.status_code == 429
+
+
 async def test_public_domain_list_is_limited_per_ip(start: Start) -> None:
     # 0.5/s, burst 1: the second request within 2 s is refused.
     _, http = await start(public_rps=0.5)
