@@ -82,9 +82,37 @@ async def test_source_and_attachments(harness: Harness) -> None:
     assert "filename*=UTF-8''%E2%82%AC%20rates.pdf" in pdf.headers["content-disposition"]
     csv = await harness.http.get(f"{base}/attachments/1", headers=harness.auth())
     assert csv.content == b"a,b\n1,2\n" and 'filename="data.csv"' in csv.headers["content-disposition"]
-    for bad in ["2", "-1", "x", "1.0"]:
+    for bad in ["2", "-1", "x", "1.0", "²", "١", "１"]:
         response = await harness.http.get(f"{base}/attachments/{bad}", headers=harness.auth())
         assert response.status_code == 400 and response.json()["error"] == "invalid_index", bad
+
+
+async def test_attachments_keep_their_declared_content_type(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    raw = (
+        b"From: a@example.org\r\nTo: x@inboxd.localhost\r\nSubject: types\r\nMIME-Version: 1.0\r\n"
+        b'Content-Type: multipart/mixed; boundary="b"\r\n\r\n'
+        b"--b\r\nContent-Type: text/plain\r\n\r\nbody\r\n"
+        b'--b\r\nContent-Type: text/plain; charset=iso-8859-1\r\nContent-Disposition: attachment; filename="l.txt"\r\n'
+        b"\r\ncaf\xe9\r\n"
+        b"--b\r\nContent-Type: text/calendar;\r\n method=REQUEST; charset=utf-8\r\n"
+        b'Content-Disposition: attachment; filename="invite.ics"\r\n\r\nBEGIN:VCALENDAR\r\n'
+        b'--b\r\nContent-Type: text/plain\r\nContent-Disposition: attachment; filename="n.txt"\r\n\r\nplain\r\n'
+        b'--b\r\nContent-Type: nonsense\r\nContent-Disposition: attachment; filename="x.bin"\r\n\r\nzz\r\n'
+        b"--b--\r\n"
+    )
+    await harness.send(box["address"], raw)
+    [item] = (await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())).json()["messages"]
+    base = f"/api/accounts/{box['id']}/messages/{item['id']}/attachments"
+    served = [(await harness.http.get(f"{base}/{i}", headers=harness.auth())) for i in range(4)]
+    assert [r.status_code for r in served] == [200] * 4
+    # As declared, parameters kept, folding undone; nothing added (no charset=utf-8 on Latin-1).
+    assert served[0].headers["content-type"] == "text/plain; charset=iso-8859-1"
+    assert served[0].content == b"caf\xe9"
+    assert served[1].headers["content-type"] == "text/calendar; method=REQUEST; charset=utf-8"
+    assert served[2].headers["content-type"] == "text/plain"
+    # A value the parser could not read as a type is served as what it was read as.
+    assert served[3].headers["content-type"] == "text/plain"
 
 
 async def test_pages_of_thirty_newest_first(harness: Harness) -> None:

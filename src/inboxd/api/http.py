@@ -95,7 +95,7 @@ def endpoint(
 async def read_body(request: Request) -> bytes:
     limit = services_of(request).settings.max_body_size
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge()
     chunks: list[bytes] = []
     size = 0
@@ -124,6 +124,7 @@ def int_query(request: Request, name: str, default: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or int(raw) < 1 or len(raw) > 9:
+    # isdigit alone admits "²" (int() then fails) and other scripts' digits.
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 9 or int(raw) < 1:
         raise InvalidRequest(f"`{name}` must be an integer of at least 1.")
     return int(raw)

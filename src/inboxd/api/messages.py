@@ -45,10 +45,14 @@ async def get_attachment(request: Request, call: Call) -> Response:
     part = await call.services.messages.attachment(
         await _mailbox(request, call), request.path_params["id"], request.path_params["index"]
     )
+    # The part's own Content-Type, set as a header: `media_type` would have Starlette append a
+    # charset of its own to text types, mislabelling a Latin-1 part as UTF-8.
     return Response(
         part.data,
-        media_type=part.content_type or "application/octet-stream",
-        headers={"Content-Disposition": content_disposition(part.filename)},
+        headers={
+            "Content-Type": part.content_type or "application/octet-stream",
+            "Content-Disposition": content_disposition(part.filename),
+        },
     )
 
 

@@ -29,7 +29,7 @@ import binascii
 import contextlib
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.message import Message
 from email.policy import compat32
 from email.utils import getaddresses
@@ -55,6 +55,9 @@ class ParsedAttachment:
     filename: str  # RFC 2231 / RFC 2047 decoded; "" when none
     content_type: str  # lowercase "maintype/subtype", no parameters
     data: bytes  # payload with the content transfer encoding undone
+    # The part's own Content-Type header, parameters kept (charset, method, name...), unfolded;
+    # "" when absent or not fit to send back as an HTTP header. Downloads serve this.
+    declared_type: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +240,12 @@ class _Leaf:
             data = self.payload()
         except Exception:
             data = self.buf[self.start : self.end]
-        return ParsedAttachment(filename=_filename(self.headers), content_type=self.ctype, data=data)
+        return ParsedAttachment(
+            filename=_filename(self.headers),
+            content_type=self.ctype,
+            data=data,
+            declared_type=_declared_type(self.headers, self.ctype),
+        )
 
 
 def _leaves(buf: bytes, root: Message, root_body: int) -> Iterator[_Leaf]:
@@ -340,6 +348,20 @@ def _content_type(headers: Message) -> str:
         return headers.get_content_type()
     except Exception:
         return "application/octet-stream"
+
+
+def _declared_type(headers: Message, ctype: str) -> str:
+    """The Content-Type header as written, when its type is the one the parse settled on (not a
+    fallback for a malformed value) and it is plain printable ASCII on one line."""
+    raw = headers.get("content-type")
+    if raw is None:
+        return ""
+    value = " ".join(str(raw).split())
+    if not value.isascii() or not value.isprintable() or len(value) > 1000:
+        return ""
+    if value.split(";", 1)[0].strip().lower() != ctype:
+        return ""
+    return value
 
 
 def _boundary(headers: Message) -> str:

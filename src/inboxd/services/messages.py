@@ -86,7 +86,7 @@ class MessageService:
         return await self._raw(await self._live(mailbox, message_id))
 
     async def attachment(self, mailbox: Mailbox, message_id: str, index: str) -> AttachmentContent:
-        if not index.isdigit():
+        if not (index.isascii() and index.isdigit()):
             raise InvalidRequest("The attachment index must be a non-negative integer.", code="invalid_index")
         summary = await self._live(mailbox, message_id)
         parsed: ParsedMessage = await asyncio.to_thread(parse_message, await self._raw(summary))
@@ -94,7 +94,9 @@ class MessageService:
         if position >= len(parsed.attachments):
             raise InvalidRequest("The message has no attachment at that index.", code="invalid_index")
         part = parsed.attachments[position]
-        return AttachmentContent(filename=part.filename, content_type=part.content_type, data=part.data)
+        return AttachmentContent(
+            filename=part.filename, content_type=part.declared_type or part.content_type, data=part.data
+        )
 
     async def mark_read(self, mailbox: Mailbox, message_id: str) -> None:
         await self._live(mailbox, message_id)

@@ -256,7 +256,7 @@ class _Session(asyncio.Protocol):
             key, _, value = param.partition("=")
             key = key.upper()
             if key == "SIZE":
-                if not value.isdigit():
+                if not (value.isascii() and value.isdigit()):
                     self.error(R.SYNTAX_ERROR)
                     return
                 if int(value) > self.server.settings.max_message_size:
