@@ -189,3 +189,18 @@ async def test_suspended_user(harness: Harness) -> None:
     await harness.server.services.users.set_user("sus@example.test", status="suspended")
     response = await harness.http.get("/api/accounts/x@inboxd.localhost", headers=harness.auth(token))
     assert response.status_code == 401 and response.json()["error"] == "account_revoked"
+
+
+async def test_suspended_owner_cannot_sign_in_to_a_mailbox(harness: Harness) -> None:
+    token = await harness.new_user(email="sus2@example.test")
+    box = await harness.new_mailbox(token)
+    await harness.server.services.users.set_user("sus2@example.test", status="suspended")
+    # The right password is told why; a wrong one still gets the one answer for every failure.
+    for _ in range(12):  # and refusals for suspension are not failed tries: no 429
+        signed = await harness.http.post("/api/token", json={"address": box["address"], "password": "secret123"})
+        assert signed.status_code == 401 and signed.json()["error"] == "account_revoked"
+    wrong = await harness.http.post("/api/token", json={"address": box["address"], "password": "wrongpass"})
+    assert wrong.status_code == 401 and wrong.json()["error"] == "invalid_token"
+    await harness.server.services.users.set_user("sus2@example.test", status="active")
+    again = await harness.http.post("/api/token", json={"address": box["address"], "password": "secret123"})
+    assert again.status_code == 200

@@ -15,6 +15,10 @@ async def test_unknown_path_and_method(harness: Harness) -> None:
     wrong = await harness.http.patch("/api/accounts", headers=harness.auth())
     assert wrong.status_code == 405 and wrong.json()["error"] == "method_not_allowed"
     assert "POST" in wrong.headers["allow"]
+    # A trailing slash is an unknown path, not a redirect that would drop a POST's body.
+    for method, path in [("GET", "/api/domains/"), ("GET", "/api/user/me/"), ("POST", "/api/accounts/")]:
+        slashed = await harness.http.request(method, path, headers=harness.auth(), json={})
+        assert slashed.status_code == 404 and slashed.json()["error"] == "not_found", path
 
 
 @pytest.mark.parametrize(

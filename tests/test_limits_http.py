@@ -132,6 +132,24 @@ async def test_mailbox_creation_interval_over_http(start: Start, clock: Clock) -
     assert (await http.post("/api/accounts", json=body(), headers=auth)).status_code == 201
 
 
+async def test_refused_creations_do_not_start_the_interval(start: Start, clock: Clock) -> None:
+    server, http = await start(pro_rps=1000.0)
+    pro_auth = await token_for(server, "pro")
+
+    def body() -> dict[str, str]:
+        return {"address": f"c{uuid.uuid4().hex[:6]}@inboxd.localhost", "password": "secret123"}
+
+    first = await http.post("/api/accounts", json=body(), headers=pro_auth)
+    assert first.status_code == 201
+    clock.advance(1.5)
+    signed = await http.post("/api/token", json={"address": first.json()["address"], "password": "secret123"})
+    mailbox_auth = {"Authorization": f"Bearer {signed.json()['token']}"}
+    # A mailbox token may not create mailboxes: 403, and the owner may still create at once.
+    denied = await http.post("/api/accounts", json=body(), headers=mailbox_auth)
+    assert denied.status_code == 403 and denied.json()["error"] == "access_denied", (signed.json(), denied.json())
+    assert (await http.post("/api/accounts", json=body(), headers=pro_auth)).status_code == 201
+
+
 async def test_quota_runs_out_and_comes_back_next_month(start: Start, clock: Clock) -> None:
     server, http = await start(free_rps=1000.0, free_ops_limit=3)
     user, auth = await user_and_auth(server, "free")

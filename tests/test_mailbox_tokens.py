@@ -3,6 +3,12 @@ other path is 403 access_denied; another mailbox is 404 not_found."""
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
+from inboxd.errors import Unauthorized
+from inboxd.services.credentials import MailboxClaims, MailboxTokens
 from tests.conftest import Harness
 
 
@@ -60,3 +66,14 @@ async def test_other_mailboxes_are_not_found(harness: Harness) -> None:
         assert response.json()["error"] == "not_found"
     marked = await harness.http.put(f"/api/accounts/{other['id']}/messages/{message_id}/read", headers=auth)
     assert marked.status_code == 404
+
+
+def test_tokens_are_timed_on_the_service_clock_only() -> None:
+    # A token issued by a process whose clock runs ahead of this one's wall clock (or on an
+    # injected clock) is valid until its `exp` on the checking service's clock.
+    tokens = MailboxTokens("k" * 32, ttl=86400)
+    ahead = time.time() + 120
+    token = tokens.issue("m1", 3, now=ahead)
+    assert tokens.check(token, now=ahead - 60) == MailboxClaims(mailbox_id="m1", password_gen=3)
+    with pytest.raises(Unauthorized):
+        tokens.check(token, now=ahead + 86400)

@@ -158,6 +158,21 @@ async def test_marks_and_delete(harness: Harness) -> None:
     assert missing.status_code == 404
 
 
+async def test_message_ids_in_any_case(harness: Harness) -> None:
+    # UUIDs are case-insensitive; the mailbox in the path already was.
+    box = await harness.new_mailbox()
+    await harness.send(box["address"], simple_message())
+    base = f"/api/accounts/{box['id'].upper()}/messages"
+    [item] = (await harness.http.get(base, headers=harness.auth())).json()["messages"]
+    upper = item["id"].upper()
+    detail = await harness.http.get(f"{base}/{upper}", headers=harness.auth())
+    assert detail.status_code == 200 and detail.json()["id"] == item["id"]
+    assert (await harness.http.get(f"{base}/{upper}/source", headers=harness.auth())).status_code == 200
+    marked = await harness.http.put(f"{base}/read", json={"ids": [upper]}, headers=harness.auth())
+    assert marked.json() == {"updated": 1}
+    assert (await harness.http.delete(f"{base}/{upper}", headers=harness.auth())).status_code == 204
+
+
 async def test_expiry_then_purge(harness: Harness) -> None:
     box = await harness.new_mailbox()
     await harness.send(box["address"])

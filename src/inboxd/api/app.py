@@ -21,5 +21,8 @@ def build_asgi(services: Services) -> ASGIApp:
             Exception: on_unexpected,
         },
     )
+    # A trailing slash names no resource: 404 `not_found`, as for any unknown path, not a 307
+    # that drops the body of a POST for clients that do not follow it.
+    app.router.redirect_slashes = False
     app.state.services = services
     return ws.with_websocket(app, services)

@@ -71,13 +71,17 @@ def endpoint(
         async def run(request: Request) -> Response:
             services = services_of(request)
             principal = await authenticate(request, services)
-            # Admitted first, so every authenticated answer is limited, counted and carries the headers.
-            allowance = await services.admission.admit(principal.user, creates_mailbox=creates_mailbox)
+            refusal = _refusal(principal, mailbox_token=mailbox_token, pro=pro)
+            # Admitted first, so every authenticated answer is limited, counted and carries the
+            # headers; but a request refused for its path creates nothing, so it must not start
+            # the owner's creation interval (a mailbox token could otherwise hold it off).
+            allowance = await services.admission.admit(
+                principal.user, creates_mailbox=creates_mailbox and refusal is None
+            )
             try:
-                if principal.is_mailbox_token and not mailbox_token:
-                    raise Forbidden("A mailbox token cannot use this endpoint.", code="access_denied")
-                if pro and not principal.user.is_pro:
-                    raise Forbidden("This endpoint needs a Pro account.", code="pro_required")
+                if refusal is not None:
+                    raise refusal
+                _normalize_id(request)
                 response = await handler(request, Call(services=services, principal=principal))
             except InboxdError as exc:
                 exc.headers.update(allowance.headers)
@@ -90,6 +94,22 @@ def endpoint(
         return run
 
     return wrap
+
+
+def _refusal(principal: Principal, *, mailbox_token: bool, pro: bool) -> Forbidden | None:
+    if principal.is_mailbox_token and not mailbox_token:
+        return Forbidden("A mailbox token cannot use this endpoint.", code="access_denied")
+    if pro and not principal.user.is_pro:
+        return Forbidden("This endpoint needs a Pro account.", code="pro_required")
+    return None
+
+
+def _normalize_id(request: Request) -> None:
+    """`{id}` is always a UUID, stored lowercase; an uppercase spelling names the same thing,
+    as it already does for `{mailbox}`."""
+    params = request.scope.get("path_params")
+    if params and isinstance(params.get("id"), str):
+        params["id"] = params["id"].strip().lower()
 
 
 async def read_body(request: Request) -> bytes:

@@ -29,8 +29,9 @@ async def sign_in(request: Request) -> Response:
     await admission.check_sign_in(body.address, client=client)
     try:
         mailbox, token = await services.mailboxes.sign_in(body.address, password=body.password, auth_key=body.auth_key)
-    except Unauthorized:
-        await admission.sign_in_failed(body.address, client=client)
+    except Unauthorized as exc:
+        if exc.code != "account_revoked":  # only wrong credentials count as failed tries
+            await admission.sign_in_failed(body.address, client=client)
         raise
     await admission.sign_in_succeeded(body.address, client=client)
     return json_response({"token": token, "id": mailbox.id, "address": mailbox.address})

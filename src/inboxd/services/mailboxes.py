@@ -25,9 +25,10 @@ from inboxd.config import Settings
 from inboxd.errors import Conflict, DuplicateKey, Forbidden, InvalidRequest, NotFound, Unauthorized
 from inboxd.events import REVOKE_ALL, EventBus
 from inboxd.model import Mailbox, Principal, PublicDomain, User
-from inboxd.services.credentials import MailboxTokens, auth_key_from, hash_auth_key, same_secret
+from inboxd.services.credentials import MailboxTokens, auth_key_from, check_active, hash_auth_key, same_secret
 from inboxd.store import custom_domains as domain_store
 from inboxd.store import mailboxes as store
+from inboxd.store import users as user_store
 from inboxd.store.db import Database, Tx
 
 _LOCAL = re.compile(r"[a-z0-9_+\-]+(\.[a-z0-9_+\-]+)*")
@@ -203,6 +204,10 @@ class MailboxService:
         if found is None or not same_secret(found[1], hash_auth_key(key)):
             raise failure
         mailbox = found[0]
+        # The right secret, but a token of a suspended owner would be refused on first use.
+        owner = await self._db.read(partial(user_store.get_user, user_id=mailbox.user_id))
+        if owner is not None:
+            check_active(owner)
         return mailbox, self._tokens.issue(mailbox.id, mailbox.password_gen, now=self._clock())
 
 

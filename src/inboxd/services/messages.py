@@ -110,7 +110,7 @@ class MessageService:
             return await self._db.write(partial(store.mark_all_read, mailbox_id=mailbox.id, now=now))
         if ids is None or not 1 <= len(ids) <= MAX_MARK_IDS:
             raise InvalidRequest('`ids` must hold 1 to 200 message ids, or send {"all": true}.')
-        unique = list(dict.fromkeys(ids))
+        unique = list(dict.fromkeys(message_id.strip().lower() for message_id in ids))
         return await self._db.write(partial(store.mark_read, mailbox_id=mailbox.id, message_ids=unique, now=now))
 
     async def delete(self, mailbox: Mailbox, message_id: str) -> None:

@@ -16,6 +16,7 @@ from inboxd.model import ApiToken, Principal, User
 from inboxd.services.credentials import (
     API_TOKEN_PREFIX,
     MailboxTokens,
+    check_active,
     hash_token,
     new_api_token,
 )
@@ -106,7 +107,7 @@ class UserService:
             if found is None or found[0].revoked_at is not None:
                 raise Unauthorized("The API token is invalid or revoked.", code="invalid_token")
             token, user = found
-            _check_active(user)
+            check_active(user)
             self._last_used[token.id] = self._clock()
             return Principal(user=user, token_id=token.id)
         claims = mailbox_tokens.check(bearer, now=self._clock())
@@ -130,13 +131,8 @@ async def _mailbox_principal(tx: Tx, *, claims_id: str, gen: int) -> Principal:
         raise Unauthorized("The mailbox token is no longer valid.", code="invalid_or_expired_token")
     user = await store.get_user(tx, mailbox.user_id)
     assert user is not None
-    _check_active(user)
+    check_active(user)
     return Principal(user=user, mailbox_id=mailbox.id)
-
-
-def _check_active(user: User) -> None:
-    if user.status != "active":
-        raise Unauthorized("This account has been suspended.", code="account_revoked")
 
 
 def _check_choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
