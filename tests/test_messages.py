@@ -115,6 +115,32 @@ async def test_attachments_keep_their_declared_content_type(harness: Harness) ->
     assert served[3].headers["content-type"] == "text/plain"
 
 
+async def test_charsets_that_decode_to_lone_surrogates(harness: Harness) -> None:
+    # utf-7 and unicode_escape can decode to lone surrogates, which neither database, JSON nor URL
+    # quoting accepts: such a message used to get a 451 at DATA, or a detail that failed for good.
+    box = await harness.new_mailbox()
+    raw = (
+        b"From: a@example.org\r\nSubject: =?utf-7?Q?+2D0-?= x\r\nMIME-Version: 1.0\r\n"
+        b'Content-Type: multipart/mixed; boundary="b"\r\n\r\n'
+        b"--b\r\nContent-Type: text/plain; charset=utf-7\r\n\r\n" + b"x" * 150 + b"+2D0-\r\n"
+        b"--b\r\nContent-Type: text/html; charset=unicode_escape\r\n\r\n<p>\\ud834</p>\r\n"
+        b"--b\r\nContent-Type: application/octet-stream\r\n"
+        b"Content-Disposition: attachment; filename*=utf-7''%2B2D0-.bin\r\n\r\nzz\r\n"
+        b"--b--\r\n"
+    )
+    await harness.send(box["address"], raw)
+    [item] = (await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())).json()["messages"]
+    assert item["subject"] == "\ufffd x"
+    base = f"/api/accounts/{box['id']}/messages/{item['id']}"
+    detail = await harness.http.get(base, headers=harness.auth())
+    assert detail.status_code == 200
+    assert detail.json()["text_body"].rstrip() == "x" * 150 + "\ufffd"
+    assert detail.json()["html_body"].rstrip() == "<p>\ufffd</p>"
+    assert detail.json()["attachments"][0]["filename"] == "\ufffd.bin"
+    attachment = await harness.http.get(f"{base}/attachments/0", headers=harness.auth())
+    assert attachment.status_code == 200 and attachment.content == b"zz"
+
+
 async def test_pages_of_thirty_newest_first(harness: Harness) -> None:
     box = await harness.new_mailbox()
     for i in range(31):

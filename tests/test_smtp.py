@@ -195,6 +195,19 @@ async def test_nul_and_cr_in_commands(harness: Harness, command: bytes) -> None:
     await client.close()
 
 
+@pytest.mark.parametrize(
+    "recipient", [b"m1\xff@inboxd.localhost", b"\xed\xa0\x80@inboxd.localhost", b"a@\xff", b"\xc3@inboxd.localhost"]
+)
+async def test_recipient_that_is_not_utf8_is_refused_for_good(harness: Harness, recipient: bytes) -> None:
+    # A permanent 501, not a 451 the sender would retry for days.
+    client = await RawSmtp.connect(harness.server.smtp_port)
+    await client.cmd("EHLO c")
+    await client.cmd("MAIL FROM:<a@example.org>")
+    assert (await client.cmd(b"RCPT TO:<" + recipient + b">\r\n")).startswith("501 5.1.3")
+    assert (await client.cmd("NOOP")).startswith("250")
+    await client.close()
+
+
 async def test_command_sequence_errors(harness: Harness) -> None:
     client = await RawSmtp.connect(harness.server.smtp_port)
     assert (await client.cmd("MAIL FROM:<a@example.org>")).startswith("503")

@@ -99,6 +99,7 @@ _NON_SPACE = re.compile(rb"\S")
 # The encoded text is allowed spaces: some mailers leave them unencoded and every reader copes.
 _ENCODED_WORD = re.compile(r"=\?([^?\s]+)\?([bBqQ])\?([^?\r\n]*)\?=")
 _LINE_BREAKS = re.compile(r"[\r\n]")
+_SURROGATES = re.compile("[\ud800-\udfff]")
 # The From header forms nearly all mail uses: `addr`, `Name <addr>` and `"Name" <addr>`, read here without
 # getaddresses, which costs 20 to 40 µs; whatever else (comments, groups, lists, odd spacing) goes to it.
 _ADDR_SPEC = r'[^\s"<>@,;:()\\\[\]]+@[^\s"<>@,;:()\\\[\]]+'
@@ -380,7 +381,7 @@ def _filename(headers: Message) -> str:
         return ""
     # Unfold (a long quoted filename may be folded), then decode encoded words, which many mailers use
     # in filename parameters although RFC 2047 forbids them there.
-    return _decode_words(_LINE_BREAKS.sub("", name)).strip()
+    return without_surrogates(_decode_words(_LINE_BREAKS.sub("", name)).strip())
 
 
 # --- headers -------------------------------------------------------------------------------------------
@@ -497,10 +498,20 @@ def _decode_body(data: bytes, charset: str | None) -> str:
 def _decode_declared(data: bytes, charset: str) -> str:
     try:
         charset = charset.strip()
-        return data.decode(_CHARSET_SUPERSETS.get(charset, charset), "replace")
+        return without_surrogates(data.decode(_CHARSET_SUPERSETS.get(charset, charset), "replace"))
     except Exception:
         # Unknown names, bytes-to-bytes codecs ("base64") and codecs refusing "replace" ("idna").
         return data.decode("utf-8", "replace")
+
+
+def without_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD.
+
+    Python's utf-7, unicode_escape and raw_unicode_escape codecs, which a message may declare, can
+    decode to lone surrogates, and no encoder downstream accepts them (UTF-8 for the databases and
+    JSON, URL quoting for a filename): one such message would fail every read, or every delivery.
+    """
+    return text if text.isascii() else _SURROGATES.sub("\ufffd", text)
 
 
 def _b64decode(data: bytes) -> bytes:

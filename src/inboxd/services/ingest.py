@@ -17,7 +17,7 @@ import msgspec
 from inboxd.config import Settings
 from inboxd.errors import MessageRejected
 from inboxd.events import EventBus
-from inboxd.mail.parse import Summary, parse_summary
+from inboxd.mail.parse import Summary, parse_summary, without_surrogates
 from inboxd.model import Mailbox, MessageSummary, NewMailEvent, iso
 from inboxd.services.rawcodec import compress
 from inboxd.store import custom_domains as domain_store
@@ -141,7 +141,7 @@ def storable(text: str) -> str:
     """Text both databases accept: no NUL (PostgreSQL refuses it) and no lone surrogates."""
     if text.isascii() and "\x00" not in text:
         return text
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace").replace("\x00", "\ufffd")
+    return without_surrogates(text).replace("\x00", "\ufffd")
 
 
 def _event(copy: MessageSummary, address: str, user_id: str) -> NewMailEvent:

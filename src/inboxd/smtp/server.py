@@ -285,7 +285,9 @@ class _Session(asyncio.Protocol):
         if params:
             self.error(R.PARAM_UNKNOWN)
             return
-        if not _plausible(address) or "@" not in address:
+        # A recipient must be UTF-8 (RFC 6531): bytes that are not arrive as surrogates, which no
+        # mailbox address holds and no database takes.
+        if not _plausible(address) or "@" not in address or not _is_utf8(address):
             self.error(R.BAD_ADDRESS)
             return
         if len(self.recipients) >= self.server.settings.max_recipients:
@@ -476,6 +478,14 @@ def _path(arg: str, keyword: str) -> tuple[str, list[str]] | None:
     if address.startswith("@") and ":" in address:
         address = address.split(":", 1)[1]  # an obsolete source route
     return address, rest[close + 1 :].split()
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _plausible(address: str) -> bool:
