@@ -19,6 +19,8 @@ import httpx
 import pytest
 
 from inboxd.app import Inboxd
+from inboxd.errors import InvalidRequest
+from inboxd.services.webhooks import check_url
 from inboxd.webhooks import VerificationError, verify
 from tests.conftest import Clock, Harness, send_mail
 from tests.webhook_receiver import Receiver
@@ -142,6 +144,7 @@ async def test_create_list_delete(start: Start) -> None:
         ({"url": "http://their.app/hook", "events": ["email.received"]}, "invalid_url"),
         ({"url": "/hook", "events": ["email.received"]}, "invalid_url"),
         ({"url": "https://their.app/" + "a" * 2048, "events": ["email.received"]}, "invalid_url"),
+        ({"url": "https://a..com/hook", "events": ["email.received"]}, "invalid_url"),
         ({"url": "https://their.app/hook", "events": []}, "invalid_request"),
         ({"url": "https://their.app/hook", "events": ["email.sent"]}, "invalid_request"),
         ({"url": "https://their.app/hook"}, "invalid_request"),
@@ -155,6 +158,46 @@ async def test_create_errors(start: Start, body: dict[str, Any], code: str) -> N
     response = await h.http.post("/api/user/webhooks", json=body, headers=h.auth())
     assert response.status_code == 400, response.text
     assert response.json()["error"] == code and response.json()["message"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://a..com/",
+        "https://-a.com/",
+        "https://%ff.com/",
+        "https://[v1.x]/",
+        "https://a.com:0/",
+        "https://xn--/",
+        "https://a.com:99999/",
+        "https://user:pw@a.com/",
+        "https://" + "a" * 64 + ".com/",
+    ],
+)
+def test_malformed_hosts_are_invalid_urls(url: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        check_url(url)
+    assert refused.value.code == "invalid_url"
+
+
+@pytest.mark.parametrize(
+    "url",
+    # IP literals in every notation are URLs: whether they may be called is the delivery guard's
+    # decision (blocked_address), tested below.
+    [
+        "https://their.app/hook",
+        "https://bücher.de/x",
+        "https://my_host.example.com/",
+        "https://a.com:8443/x?y=1",
+        "https://localhost/",
+        "https://127.1/",
+        "https://2130706433/",
+        "https://0x7f000001/",
+        "https://[::1]/",
+    ],
+)
+def test_well_formed_urls_are_taken(url: str) -> None:
+    assert check_url(url) == url
 
 
 async def test_limit_ownership_and_plan(start: Start) -> None:

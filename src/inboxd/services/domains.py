@@ -31,6 +31,7 @@ TXT_PREFIX = "inboxd-verify="
 MX_PRIORITY = 10
 MAX_INPUT = 1000
 _LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+_LABEL_UNDERSCORE = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,26 +62,33 @@ def normalize_domain(raw: str) -> str:
     name = raw.strip()
     if not name or len(name) > MAX_INPUT:
         raise invalid
-    name = name.removesuffix(".")
-    try:
-        ascii_name = name.lower() if name.isascii() else idna.encode(name, uts46=True).decode("ascii")
-    except (idna.IDNAError, UnicodeError) as exc:
-        raise invalid from exc
-    labels = ascii_name.split(".")
-    if len(ascii_name) > 253 or len(labels) < 2 or not all(_LABEL.fullmatch(label) for label in labels):
+    ascii_name = ascii_hostname(name)
+    if ascii_name is None:
         raise invalid
-    if labels[-1].isdigit():
-        raise invalid  # an IP address, or a numeric top-level label no registry hands out
-    if any(label.startswith("xn--") for label in labels):
-        _check_punycode(ascii_name, invalid)
+    labels = ascii_name.split(".")
+    if len(labels) < 2 or labels[-1].isdigit():
+        raise invalid  # a bare label, an IP address, or a numeric top-level label no registry hands out
     return ascii_name
 
 
-def _check_punycode(name: str, invalid: InvalidRequest) -> None:
+def ascii_hostname(name: str, *, underscores: bool = False) -> str | None:
+    """`name` as a lower-case ASCII host name (IDN to punycode, one trailing dot dropped), or None
+    when it is not one: every label 1-63 letters, digits and inner hyphens, 253 characters in all.
+    `underscores` admits "_" too, which DNS carries and URL hosts in the wild use."""
+    name = name.removesuffix(".")
     try:
-        idna.decode(name)
-    except (idna.IDNAError, UnicodeError) as exc:
-        raise invalid from exc
+        ascii_name = name.lower() if name.isascii() else idna.encode(name, uts46=True).decode("ascii")
+    except (idna.IDNAError, UnicodeError):
+        return None
+    label = _LABEL_UNDERSCORE if underscores else _LABEL
+    if len(ascii_name) > 253 or not all(label.fullmatch(part) for part in ascii_name.split(".")):
+        return None
+    if "xn--" in ascii_name:
+        try:
+            idna.decode(ascii_name)
+        except (idna.IDNAError, UnicodeError):
+            return None
+    return ascii_name
 
 
 def _within(name: str, parent: str) -> bool:

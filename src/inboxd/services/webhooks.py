@@ -6,6 +6,8 @@ Delivery itself is the worker's (`worker/webhooks.py`); ingest queues the jobs.
 from __future__ import annotations
 
 import base64
+import ipaddress
+import re
 import secrets
 import uuid
 from collections.abc import Callable, Sequence
@@ -15,6 +17,7 @@ from urllib.parse import urlsplit
 from inboxd.config import Settings
 from inboxd.errors import Forbidden, InvalidRequest, NotFound
 from inboxd.model import Delivery, User, Webhook
+from inboxd.services.domains import ascii_hostname
 from inboxd.services.ingest import EMAIL_RECEIVED
 from inboxd.store import webhooks as store
 from inboxd.store.db import Database, Tx
@@ -45,7 +48,27 @@ def check_url(url: str) -> str:
         raise InvalidRequest("The webhook URL must use https://.", code="invalid_url")
     if not parts.hostname or parts.username is not None or parts.password is not None:
         raise InvalidRequest("The URL must be absolute, with a host and no credentials.", code="invalid_url")
+    if not _valid_host(parts.hostname, bracketed="[" in parts.netloc) or parts.port == 0:
+        raise InvalidRequest("The URL's host is not a valid host name or address.", code="invalid_url")
     return url
+
+
+# An IPv4 address in any notation URL parsers accept (decimal, octal, hex, one to four parts);
+# which of them are allowed to be called is the delivery guard's business, not the URL's.
+_NUMERIC_LABEL = re.compile(r"0x[0-9a-f]*|[0-9]+")
+
+
+def _valid_host(host: str, *, bracketed: bool) -> bool:
+    if bracketed:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return False
+        return True
+    labels = host.removesuffix(".").split(".")
+    if _NUMERIC_LABEL.fullmatch(labels[-1]):
+        return len(labels) <= 4 and all(_NUMERIC_LABEL.fullmatch(label) for label in labels)
+    return ascii_hostname(host, underscores=True) is not None
 
 
 def check_events(events: Sequence[str]) -> tuple[str, ...]:
