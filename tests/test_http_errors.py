@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import socket
+import sqlite3
+
 import pytest
 
 from tests.conftest import Harness
@@ -22,7 +27,18 @@ async def test_unknown_path_and_method(harness: Harness) -> None:
 
 
 @pytest.mark.parametrize(
-    "content", [b"{", b"[]", b'{"address": 1}', b"\xff\xfe", b"", b"null", b'{"address": "a@b", "password": []}']
+    "content",
+    [
+        b"{",
+        b"[]",
+        b'{"address": 1}',
+        b"\xff\xfe",
+        b"",
+        b"null",
+        b'{"address": "a@b", "password": []}',
+        # An unknown key's value is skipped recursively: this used to be a RecursionError, a 500.
+        b'{"x":' * 3000 + b"1" + b"}" * 3000,
+    ],
 )
 async def test_malformed_json(harness: Harness, content: bytes) -> None:
     response = await harness.http.post(
@@ -81,3 +97,39 @@ async def test_storage_fault_is_500_and_451(harness: Harness) -> None:
         await harness.send(box["address"])
     assert refused.value.smtp_code == 451
     assert (await harness.http.get("/healthz")).status_code == 200
+
+
+def _keep_alive_exchange(port: int, paths: list[str], token: str) -> list[tuple[int, bytes]]:
+    """GET each path in turn on one kept-alive connection; the status and body of each."""
+    answers = []
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        reader = sock.makefile("rb")
+        for path in paths:
+            sock.sendall(f"GET {path} HTTP/1.1\r\nHost: inboxd\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+            status = int(reader.readline().split()[1])
+            length = 0
+            while (line := reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode().partition(":")
+                if name.lower() == "content-length":
+                    length = int(value)
+            answers.append((status, reader.read(length)))
+    return answers
+
+
+async def test_unexpected_fault_is_500_and_keeps_the_connection(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    await harness.send(box["address"])
+    [item] = (await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())).json()["messages"]
+    path = f"/api/accounts/{box['id']}/messages/{item['id']}"
+    assert (await harness.http.get(path, headers=harness.auth())).status_code == 200
+    # A kept parse that no longer decodes: a fault no handler expects.
+    with sqlite3.connect(harness.server.settings.data_dir / "inboxd.sqlite3") as conn:
+        conn.execute("UPDATE message_details SET detail = '{' WHERE message_id = ?", (item["id"],))
+    token = harness.auth()["Authorization"].removeprefix("Bearer ")
+    answers = await asyncio.to_thread(_keep_alive_exchange, harness.server.http_port, [path, path, "/healthz"], token)
+    expected = {"error": "internal_error", "message": "An unexpected error occurred."}
+    assert [(status, json.loads(body)) for status, body in answers] == [
+        (500, expected),
+        (500, expected),
+        (200, {"status": "ok"}),
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import resource
 import time
 import uuid
@@ -97,12 +98,16 @@ async def test_token_from_sign_in(harness: Harness) -> None:
 
 
 @sqlite_only
-async def test_origin_rule(harness: Harness) -> None:
+async def test_origin_rule(harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
     port = harness.server.http_port
     with pytest.raises(InvalidStatus) as refused_handshake:
         async with open_ws(port, origin="https://evil.example"):
             pass
-    assert refused_handshake.value.response.status_code == 403
+    response = refused_handshake.value.response
+    assert response.status_code == 403
+    assert json.loads(response.body)["error"] == "access_denied" and json.loads(response.body)["message"]
+    # A refusal is routine: nothing at ERROR for anyone to fill the log with.
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     box = await harness.new_mailbox()
     own_origin = harness.server.settings.resolved_web_origin
     async with authed(port, box["token"], origin=own_origin):
@@ -132,6 +137,7 @@ async def test_auth_timeout(make_settings: Any, clock: Clock) -> None:
         json.dumps({"type": "hello", "token": "x"}),
         json.dumps({"type": "auth", "token": 42}),
         b'{"type": "auth", "token": "x"}',
+        '{"type": "auth", "token": "x", "z": ' + '{"x":' * 3000 + "1" + "}" * 3001,
     ],
 )
 async def test_invalid_auth_message(harness: Harness, payload: str | bytes) -> None:

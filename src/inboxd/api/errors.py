@@ -7,6 +7,7 @@ import logging
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inboxd.api.http import json_response
 from inboxd.errors import InboxdError, MethodNotAllowed, NotFound, PayloadTooLarge, RateLimited
@@ -44,6 +45,34 @@ async def on_http_error(request: Request, exc: Exception) -> Response:
     return json_response({"error": "invalid_request", "message": str(exc.detail)}, exc.status_code)
 
 
-async def on_unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unexpected fault on %s %s", request.method, request.url.path, exc_info=exc)
-    return json_response({"error": "internal_error", "message": "An unexpected error occurred."}, 500)
+class AnswerUnexpected:
+    """ASGI middleware: a fault no handler expected becomes 500 `internal_error`, logged once.
+
+    Starlette's own outermost error middleware answers such a fault too but then re-raises it, so
+    uvicorn logged the traceback a second time and closed the client's kept-alive connection: the
+    next request on it failed with a reset. Placed inside that middleware, this one answers and
+    swallows. A fault after the response has started cannot be answered, and goes on up.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except Exception:
+            if started:
+                raise
+            log.exception("unexpected fault on %s %s", scope.get("method"), scope.get("path"))
+            response = json_response({"error": "internal_error", "message": "An unexpected error occurred."}, 500)
+            await response(scope, receive, send)

@@ -24,6 +24,7 @@ connection; nothing from authentication is kept but the mailbox id and generatio
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import deque
 from collections.abc import Callable, MutableMapping
@@ -209,7 +210,7 @@ class WebSocketHub:
             return None
         origin = _header(scope, b"origin")
         if origin is not None and origin.rstrip("/").lower() != settings.resolved_web_origin.lower():
-            await _deny(scope, send)
+            await _deny(scope, receive, send)
             return None
         await send({"type": "websocket.accept"})
         _shed_handshake(scope, receive)
@@ -320,13 +321,18 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def _deny(scope: Scope, send: Send) -> None:
+async def _deny(scope: Scope, receive: Receive, send: Send) -> None:
     """HTTP 403 before the handshake completes (a body where the server allows one)."""
     if "websocket.http.response" in scope.get("extensions", {}):
-        body = _error("access_denied").encode()
+        body = json.dumps({"error": "access_denied", "message": "This Origin may not open the WebSocket."}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "websocket.http.response.start", "status": 403, "headers": headers})
         await send({"type": "websocket.http.response.body", "body": body})
+        # uvicorn (0.54) forgets that such a response ends the handshake and logs an ERROR for
+        # each one, which anyone could then fill the log with.
+        protocol = getattr(receive, "__self__", None)
+        if getattr(protocol, "initial_response", None) is not None and hasattr(protocol, "handshake_complete"):
+            setattr(protocol, "handshake_complete", True)  # noqa: B010 - uvicorn's, set only where it exists
     else:
         await send({"type": "websocket.close", "code": POLICY_VIOLATION})
 
@@ -337,7 +343,7 @@ def _auth_token(message: Message) -> str | None:
         return None
     try:
         auth = _decode_auth(text)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.DecodeError, RecursionError):  # RecursionError: objects nested ~1,000 deep
         return None
     return auth.token if auth.type == "auth" else None
 
