@@ -50,6 +50,10 @@ async def user_and_auth(server: Inboxd, plan: str) -> tuple[User, dict[str, str]
     return user, {"Authorization": f"Bearer {(await users.create_token(user, 't')).value}"}
 
 
+def new_account() -> dict[str, str]:
+    return {"address": f"c{uuid.uuid4().hex[:6]}@inboxd.localhost", "password": "secret123"}
+
+
 async def token_for(server: Inboxd, plan: str) -> dict[str, str]:
     return (await user_and_auth(server, plan))[1]
 
@@ -113,10 +117,7 @@ async def test_mailbox_creation_interval_over_http(start: Start, clock: Clock) -
     server, http = await start(free_rps=1000.0)
     auth = await token_for(server, "free")
 
-    def body() -> dict[str, str]:
-        return {"address": f"c{uuid.uuid4().hex[:6]}@inboxd.localhost", "password": "secret123"}
-
-    created = await http.post("/api/accounts", json=body(), headers=auth)
+    created = await http.post("/api/accounts", json=new_account(), headers=auth)
     assert created.status_code == 201
     # A success carries the headers too.
     assert created.headers["RateLimit-Limit"] == "1000"
@@ -124,30 +125,27 @@ async def test_mailbox_creation_interval_over_http(start: Start, clock: Clock) -
     assert created.headers["RateLimit-Reset"] == "1"
     assert created.headers["X-Ops-Used"] == "1"
     assert created.headers["X-Ops-Limit"] == "500"
-    refused = await http.post("/api/accounts", json=body(), headers=auth)
+    refused = await http.post("/api/accounts", json=new_account(), headers=auth)
     assert refused.status_code == 429
     assert refused.json() == {"error": "rate_limit_exceeded"}
     assert 7 <= int(refused.headers["Retry-After"]) <= 8
     clock.advance(8)
-    assert (await http.post("/api/accounts", json=body(), headers=auth)).status_code == 201
+    assert (await http.post("/api/accounts", json=new_account(), headers=auth)).status_code == 201
 
 
 async def test_refused_creations_do_not_start_the_interval(start: Start, clock: Clock) -> None:
     server, http = await start(pro_rps=1000.0)
     pro_auth = await token_for(server, "pro")
 
-    def body() -> dict[str, str]:
-        return {"address": f"c{uuid.uuid4().hex[:6]}@inboxd.localhost", "password": "secret123"}
-
-    first = await http.post("/api/accounts", json=body(), headers=pro_auth)
+    first = await http.post("/api/accounts", json=new_account(), headers=pro_auth)
     assert first.status_code == 201
     clock.advance(1.5)
     signed = await http.post("/api/token", json={"address": first.json()["address"], "password": "secret123"})
     mailbox_auth = {"Authorization": f"Bearer {signed.json()['token']}"}
     # A mailbox token may not create mailboxes: 403, and the owner may still create at once.
-    denied = await http.post("/api/accounts", json=body(), headers=mailbox_auth)
+    denied = await http.post("/api/accounts", json=new_account(), headers=mailbox_auth)
     assert denied.status_code == 403 and denied.json()["error"] == "access_denied", (signed.json(), denied.json())
-    assert (await http.post("/api/accounts", json=body(), headers=pro_auth)).status_code == 201
+    assert (await http.post("/api/accounts", json=new_account(), headers=pro_auth)).status_code == 201
 
 
 async def test_quota_runs_out_and_comes_back_next_month(start: Start, clock: Clock) -> None:

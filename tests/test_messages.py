@@ -20,6 +20,15 @@ def rich_message() -> EmailMessage:
     return msg
 
 
+def multipart_mixed(subject: bytes, *parts: bytes) -> bytes:
+    """A raw multipart/mixed message of `parts`, each its own header lines, a blank line and a body."""
+    head = (
+        b"From: a@example.org\r\nTo: x@inboxd.localhost\r\nSubject: " + subject + b"\r\nMIME-Version: 1.0\r\n"
+        b'Content-Type: multipart/mixed; boundary="b"\r\n\r\n'
+    )
+    return head + b"".join(b"--b\r\n" + part + b"\r\n" for part in parts) + b"--b--\r\n"
+
+
 async def test_receive_list_and_detail(harness: Harness) -> None:
     box = await harness.new_mailbox()
     await harness.send(box["address"], rich_message(), sender="bounce@example.org")
@@ -89,17 +98,15 @@ async def test_source_and_attachments(harness: Harness) -> None:
 
 async def test_attachments_keep_their_declared_content_type(harness: Harness) -> None:
     box = await harness.new_mailbox()
-    raw = (
-        b"From: a@example.org\r\nTo: x@inboxd.localhost\r\nSubject: types\r\nMIME-Version: 1.0\r\n"
-        b'Content-Type: multipart/mixed; boundary="b"\r\n\r\n'
-        b"--b\r\nContent-Type: text/plain\r\n\r\nbody\r\n"
-        b'--b\r\nContent-Type: text/plain; charset=iso-8859-1\r\nContent-Disposition: attachment; filename="l.txt"\r\n'
-        b"\r\ncaf\xe9\r\n"
-        b"--b\r\nContent-Type: text/calendar;\r\n method=REQUEST; charset=utf-8\r\n"
-        b'Content-Disposition: attachment; filename="invite.ics"\r\n\r\nBEGIN:VCALENDAR\r\n'
-        b'--b\r\nContent-Type: text/plain\r\nContent-Disposition: attachment; filename="n.txt"\r\n\r\nplain\r\n'
-        b'--b\r\nContent-Type: nonsense\r\nContent-Disposition: attachment; filename="x.bin"\r\n\r\nzz\r\n'
-        b"--b--\r\n"
+    raw = multipart_mixed(
+        b"types",
+        b"Content-Type: text/plain\r\n\r\nbody",
+        b'Content-Type: text/plain; charset=iso-8859-1\r\nContent-Disposition: attachment; filename="l.txt"\r\n'
+        b"\r\ncaf\xe9",
+        b"Content-Type: text/calendar;\r\n method=REQUEST; charset=utf-8\r\n"
+        b'Content-Disposition: attachment; filename="invite.ics"\r\n\r\nBEGIN:VCALENDAR',
+        b'Content-Type: text/plain\r\nContent-Disposition: attachment; filename="n.txt"\r\n\r\nplain',
+        b'Content-Type: nonsense\r\nContent-Disposition: attachment; filename="x.bin"\r\n\r\nzz',
     )
     await harness.send(box["address"], raw)
     [item] = (await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())).json()["messages"]
@@ -119,14 +126,12 @@ async def test_charsets_that_decode_to_lone_surrogates(harness: Harness) -> None
     # utf-7 and unicode_escape can decode to lone surrogates, which neither database, JSON nor URL
     # quoting accepts: such a message used to get a 451 at DATA, or a detail that failed for good.
     box = await harness.new_mailbox()
-    raw = (
-        b"From: a@example.org\r\nSubject: =?utf-7?Q?+2D0-?= x\r\nMIME-Version: 1.0\r\n"
-        b'Content-Type: multipart/mixed; boundary="b"\r\n\r\n'
-        b"--b\r\nContent-Type: text/plain; charset=utf-7\r\n\r\n" + b"x" * 150 + b"+2D0-\r\n"
-        b"--b\r\nContent-Type: text/html; charset=unicode_escape\r\n\r\n<p>\\ud834</p>\r\n"
-        b"--b\r\nContent-Type: application/octet-stream\r\n"
-        b"Content-Disposition: attachment; filename*=utf-7''%2B2D0-.bin\r\n\r\nzz\r\n"
-        b"--b--\r\n"
+    raw = multipart_mixed(
+        b"=?utf-7?Q?+2D0-?= x",
+        b"Content-Type: text/plain; charset=utf-7\r\n\r\n" + b"x" * 150 + b"+2D0-",
+        b"Content-Type: text/html; charset=unicode_escape\r\n\r\n<p>\\ud834</p>",
+        b"Content-Type: application/octet-stream\r\n"
+        b"Content-Disposition: attachment; filename*=utf-7''%2B2D0-.bin\r\n\r\nzz",
     )
     await harness.send(box["address"], raw)
     [item] = (await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())).json()["messages"]
