@@ -188,6 +188,7 @@ def test_malformed_hosts_are_invalid_urls(url: str) -> None:
         "https://their.app/hook",
         "https://bücher.de/x",
         "https://my_host.example.com/",
+        "https://my_host.xn--bcher-kva.de/",
         "https://a.com:8443/x?y=1",
         "https://localhost/",
         "https://127.1/",

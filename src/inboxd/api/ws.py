@@ -24,7 +24,6 @@ connection; nothing from authentication is kept but the mailbox id and generatio
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import deque
 from collections.abc import Callable, MutableMapping
@@ -42,6 +41,7 @@ log = logging.getLogger("inboxd.ws")
 PATH = "/api/ws"
 POLICY_VIOLATION = 1008
 AUTH_OK = '{"type":"auth_ok"}'
+_DENIED = b'{"error":"access_denied","message":"This Origin may not open the WebSocket."}'
 _REVOKED = "revoked"  # an in-queue marker, compared by identity, never sent
 
 
@@ -324,10 +324,9 @@ def _header(scope: Scope, name: bytes) -> str | None:
 async def _deny(scope: Scope, receive: Receive, send: Send) -> None:
     """HTTP 403 before the handshake completes (a body where the server allows one)."""
     if "websocket.http.response" in scope.get("extensions", {}):
-        body = json.dumps({"error": "access_denied", "message": "This Origin may not open the WebSocket."}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(_DENIED)).encode())]
         await send({"type": "websocket.http.response.start", "status": 403, "headers": headers})
-        await send({"type": "websocket.http.response.body", "body": body})
+        await send({"type": "websocket.http.response.body", "body": _DENIED})
         # uvicorn (0.54) forgets that such a response ends the handshake and logs an ERROR for
         # each one, which anyone could then fill the log with.
         protocol = getattr(receive, "__self__", None)

@@ -81,13 +81,16 @@ def ascii_hostname(name: str, *, underscores: bool = False) -> str | None:
     except (idna.IDNAError, UnicodeError):
         return None
     label = _LABEL_UNDERSCORE if underscores else _LABEL
-    if len(ascii_name) > 253 or not all(label.fullmatch(part) for part in ascii_name.split(".")):
+    parts = ascii_name.split(".")
+    if len(ascii_name) > 253 or not all(label.fullmatch(part) for part in parts):
         return None
-    if "xn--" in ascii_name:
-        try:
-            idna.decode(ascii_name)
-        except (idna.IDNAError, UnicodeError):
-            return None
+    try:
+        # Only the A-labels: idna would refuse the underscores a webhook host may carry elsewhere.
+        for part in parts:
+            if part.startswith("xn--"):
+                idna.decode(part)
+    except (idna.IDNAError, UnicodeError):
+        return None
     return ascii_name
 
 
