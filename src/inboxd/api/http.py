@@ -138,6 +138,9 @@ async def read_json(request: Request, schema: type[S]) -> S:
         raise InvalidRequest(f"Invalid field: {exc}.") from exc
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"Malformed JSON: {exc}.") from exc
+    except UnicodeDecodeError as exc:
+        # msgspec checks UTF-8 only when it builds a string, and then raises Python's own error.
+        raise InvalidRequest("Malformed JSON: the body is not valid UTF-8.") from exc
     except RecursionError as exc:
         # msgspec skips an unknown key's value recursively: about a thousand nested objects, 6 KB.
         raise InvalidRequest("Malformed JSON: nested too deeply.") from exc
