@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from inboxd.mail.html_view import content_security_policy, render
+from inboxd.mail.html_view import MAX_HTML_CHARS, content_security_policy, render
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
@@ -73,3 +73,10 @@ def test_the_policy_sandboxes_and_blocks_fetches_unless_allowed() -> None:
     assert "default-src 'none'" in strict
     assert "http" not in strict.replace("sandbox allow-popups allow-popups-to-escape-sandbox", "")
     assert "https:" in content_security_policy(allow_remote=True)
+
+
+def test_huge_bodies_are_cut_and_say_so() -> None:
+    safe = render("<p>" + "x" * (MAX_HTML_CHARS + 10) + "</p>", {}, allow_remote=False)
+    assert safe.truncated
+    assert len(safe.document) < MAX_HTML_CHARS + 500
+    assert not render("<p>short</p>", {}, allow_remote=False).truncated

@@ -37,6 +37,9 @@ _ATTRIBUTES = {
 _URL_SCHEMES = frozenset({"http", "https", "mailto", "tel", "cid", "data"})
 # `cid:` parts inlined as data: URLs, in all: a newsletter's images are a few hundred KB.
 MAX_INLINE_BYTES = 8 * 1024 * 1024
+# Markup beyond this is not shown (the page links the full source): Gmail clips at 102 KB, and a
+# 25 MB body would cost the sanitizer and the browser seconds.
+MAX_HTML_CHARS = 2 * 1024 * 1024
 _REMOTE = re.compile(r"^\s*(?:https?:)?//", re.IGNORECASE)
 _LINK = re.compile(r"^\s*(?:https?:|mailto:|tel:|#)", re.IGNORECASE)
 _DATA_IMAGE = re.compile(r"^\s*data:image/(?:png|gif|jpe?g|webp|bmp);", re.IGNORECASE)
@@ -46,6 +49,7 @@ _DATA_IMAGE = re.compile(r"^\s*data:image/(?:png|gif|jpe?g|webp|bmp);", re.IGNOR
 class SafeHtml:
     document: str
     remote_blocked: int  # remote images dropped because remote content was not asked for
+    truncated: bool  # the body was longer than MAX_HTML_CHARS and only its start is shown
 
 
 def content_security_policy(*, allow_remote: bool) -> str:
@@ -88,8 +92,9 @@ def render(
             return None
         return value if _DATA_IMAGE.match(value) else None
 
+    truncated = len(html_body) > MAX_HTML_CHARS
     cleaned = nh3.clean(
-        html_body,
+        html_body[:MAX_HTML_CHARS],
         tags=set(_TAGS),
         clean_content_tags={"script", "title"},
         attributes=_ATTRIBUTES,
@@ -104,7 +109,7 @@ def render(
         '<meta name="referrer" content="no-referrer"></head>'
         f"<body>{cleaned}</body></html>"
     )
-    return SafeHtml(document=document, remote_blocked=blocked)
+    return SafeHtml(document=document, remote_blocked=blocked, truncated=truncated)
 
 
 def _unquote_cid(value: str) -> str:
