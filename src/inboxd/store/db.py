@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import queue
 import re
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol, TypeVar
 
-from inboxd.errors import DuplicateKey, StorageError
+from inboxd.errors import DuplicateKey, InsufficientStorage, StorageError
 
 T = TypeVar("T")
 
@@ -185,7 +186,7 @@ class SqliteDatabase:
             finally:
                 conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise StorageError() from exc
+            raise _sqlite_error(exc) from exc
 
     # Writes -----------------------------------------------------------------------------------
 
@@ -259,7 +260,7 @@ class SqliteDatabase:
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-            failure = StorageError()
+            failure = _sqlite_error(exc)
             failure.__cause__ = exc
             for job in batch:
                 _settle(job, None, failure)
@@ -284,10 +285,22 @@ def _wrap(exc: BaseException) -> BaseException:
         duplicate.__cause__ = exc
         return duplicate
     if isinstance(exc, sqlite3.Error):
-        wrapped = StorageError()
+        wrapped = _sqlite_error(exc)
         wrapped.__cause__ = exc
         return wrapped
     return exc
+
+
+_SQLITE_FULL = 13  # the primary result code; extended codes keep it in their low byte
+
+
+def _sqlite_error(exc: sqlite3.Error) -> StorageError:
+    """A full disk or database (SQLITE_FULL) is its own error, so the API answers 507 rather than a
+    fault's 500; anything else is a plain storage fault."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if (isinstance(code, int) and code & 0xFF == _SQLITE_FULL) or "database or disk is full" in str(exc):
+        return InsufficientStorage()
+    return StorageError()
 
 
 # --- PostgreSQL -----------------------------------------------------------------------------
@@ -433,6 +446,8 @@ def _pg_error(exc: BaseException) -> BaseException:
 
     if isinstance(exc, asyncpg.UniqueViolationError):
         wrapped: BaseException = DuplicateKey()
+    elif isinstance(exc, asyncpg.DiskFullError) or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
+        wrapped = InsufficientStorage()
     elif isinstance(exc, asyncpg.PostgresConnectionError | asyncpg.InterfaceError | OSError):
         wrapped = StorageError()
     else:
