@@ -15,7 +15,7 @@ import asyncio
 import sqlite3
 import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Da
         conn.execute(f'CREATE SCHEMA "{schema}"')
         conn.execute(f'SET search_path TO "{schema}"')
         for statement in TABLES:
-            conn.execute(statement)  # type: ignore[arg-type]
+            conn.execute(statement)
     pg_db = await PostgresDatabase.connect(PG_URL, schema=schema, size=4)
     try:
         yield pg_db
@@ -60,7 +60,9 @@ async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Da
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
-def insert(value: str, *, then: Callable[[Tx], Awaitable[Any]] | None = None) -> Callable[[Tx], Awaitable[Any]]:
+def insert(
+    value: str, *, then: Callable[[Tx], Coroutine[Any, Any, Any]] | None = None
+) -> Callable[[Tx], Coroutine[Any, Any, Any]]:
     async def work(tx: Tx) -> Any:
         await tx.execute("INSERT INTO t (v) VALUES (?)", value)
         return None if then is None else await then(tx)
@@ -114,8 +116,8 @@ class HeldWriter:
             await asyncio.sleep(0.01)
         raise AssertionError("the writer never started the holding unit")
 
-    async def queue(self, *works: Callable[[Tx], Awaitable[Any]]) -> list[asyncio.Task[Any]]:
-        tasks = [asyncio.get_running_loop().create_task(self.db.write(w)) for w in works]  # type: ignore[arg-type]
+    async def queue(self, *works: Callable[[Tx], Coroutine[Any, Any, Any]]) -> list[asyncio.Task[Any]]:
+        tasks = [asyncio.get_running_loop().create_task(self.db.write(w)) for w in works]
         await asyncio.sleep(0.05)  # every task has run up to its queued write
         return tasks
 
@@ -164,7 +166,7 @@ async def test_nobody_hears_done_before_a_fresh_connection_sees_the_data(db: Dat
         await db.write(insert(value))
         # The read runs on another connection than the writer's: it sees only what is committed.
         found = await db.read(lambda tx: tx.fetchval("SELECT v FROM t WHERE v = ?", value))
-        return found == value
+        return bool(found == value)
 
     assert all(await asyncio.gather(*(one(n) for n in range(300))))
     assert len(await committed_values(db)) == 300
