@@ -38,11 +38,13 @@ from inboxd.services.ops_ledger import OpsLedger
 from inboxd.services.profile import ProfileService
 from inboxd.services.registry import Services
 from inboxd.services.users import UserService
+from inboxd.services.waits import WaitService
 from inboxd.services.webhooks import WebhookService
 from inboxd.smtp.server import SmtpServer
 from inboxd.store import migrate
 from inboxd.store import users as user_store
 from inboxd.store.db import Database, PostgresDatabase, SqliteDatabase
+from inboxd.worker.indexer import SearchIndexer
 from inboxd.worker.sender import WebhookSender
 from inboxd.worker.sweeper import Sweeper
 from inboxd.worker.webhooks import WebhookWorker
@@ -90,6 +92,7 @@ class Inboxd:
         self._http_sock: socket.socket | None = None
         self._workers: list[Sweeper] = []
         self._webhook_worker: WebhookWorker | None = None
+        self._indexer: SearchIndexer | None = None
 
     @property
     def services(self) -> Services:
@@ -136,6 +139,9 @@ class Inboxd:
         self._webhook_worker = WebhookWorker(db, WebhookSender(settings), settings=settings, clock=self.clock)
         services.ingest.on_jobs_queued(self._webhook_worker.wake)
         self._webhook_worker.start()
+        self._indexer = SearchIndexer(db, bus)
+        services.ingest.on_stored(self._indexer.wake)
+        self._indexer.start()
         self._smtp = SmtpServer(services.ingest, settings=settings, tls=self._smtp_tls())
         await self._smtp.start(_bind(settings.smtp_host, settings.smtp_port))
         await self._start_http(services)
@@ -154,6 +160,7 @@ class Inboxd:
         )
         mailbox_tokens = MailboxTokens(key, ttl=settings.mailbox_token_ttl)
         mailboxes = MailboxService(db, settings=settings, tokens=mailbox_tokens, clock=clock, bus=bus)
+        messages = MessageService(db, clock=clock)
         counters = (
             RedisCounters.from_url(settings.redis_url, prefix=settings.redis_prefix)
             if settings.redis_url
@@ -164,7 +171,7 @@ class Inboxd:
             clock=clock,
             users=UserService(db, clock=clock),
             mailboxes=mailboxes,
-            messages=MessageService(db, clock=clock),
+            messages=messages,
             ingest=IngestService(
                 db, settings=settings, bus=bus, clock=clock, public_domains=mailboxes.is_public_domain
             ),
@@ -179,6 +186,7 @@ class Inboxd:
             ),
             profiles=ProfileService(db, settings=settings),
             webhooks=WebhookService(db, settings=settings, clock=clock),
+            waits=WaitService(messages, bus),
         )
 
     def _event_bus(self) -> EventBus:
@@ -239,6 +247,8 @@ class Inboxd:
         os.chmod(path, 0o600)
 
     async def stop(self) -> None:
+        if self._services is not None:
+            self._services.waits.close()  # open waits answer now instead of holding the shutdown
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             with contextlib.suppress(Exception):
@@ -250,6 +260,9 @@ class Inboxd:
         if self._webhook_worker is not None:
             await self._webhook_worker.stop()
             self._webhook_worker = None
+        if self._indexer is not None:
+            await self._indexer.stop()
+            self._indexer = None
         if self._services is not None:
             await self._services.admission.stop()
             with contextlib.suppress(Exception):

@@ -9,6 +9,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inboxd.api import schemas
+from inboxd.api.filters import message_filter, wait_response, wait_timeout
 from inboxd.api.http import Call, endpoint, int_query, json_response, no_content, read_json
 from inboxd.model import Mailbox
 
@@ -20,8 +21,16 @@ async def _mailbox(request: Request, call: Call) -> Mailbox:
 @endpoint(mailbox_token=True)
 async def list_messages(request: Request, call: Call) -> Response:
     page = int_query(request, "page", 1)
-    items = await call.services.messages.page(await _mailbox(request, call), page)
+    flt = message_filter(request)
+    items = await call.services.messages.page(await _mailbox(request, call), page, flt)
     return json_response({"messages": [schemas.message_item(m) for m in items], "page": page})
+
+
+@endpoint(mailbox_token=True)
+async def wait_message(request: Request, call: Call) -> Response:
+    flt, timeout = message_filter(request), wait_timeout(request)
+    mailbox = await _mailbox(request, call)
+    return await wait_response(request, call.services.waits.wait(mailbox, flt, within=timeout))
 
 
 @endpoint(mailbox_token=True)
@@ -89,6 +98,7 @@ _BASE = "/api/accounts/{mailbox}/messages"
 routes = [
     Route(_BASE, list_messages, methods=["GET"]),
     Route(f"{_BASE}/read", mark_many_read, methods=["PUT"]),
+    Route(f"{_BASE}/wait", wait_message, methods=["GET"]),
     Route(_BASE + "/{id}", get_message, methods=["GET"]),
     Route(_BASE + "/{id}", delete_message, methods=["DELETE"]),
     Route(_BASE + "/{id}/read", mark_read, methods=["PUT"]),

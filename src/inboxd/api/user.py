@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inboxd.api import schemas
+from inboxd.api.filters import message_filter, wait_response, wait_timeout
 from inboxd.api.http import Call, endpoint, int_query, json_response, no_content, read_json
 
 pro = endpoint(pro=True)
@@ -35,9 +36,17 @@ async def list_accounts(request: Request, call: Call) -> Response:
 @pro
 async def list_account_messages(request: Request, call: Call) -> Response:
     page = int_query(request, "page", 1)
+    flt = message_filter(request)
     mailbox = await call.services.mailboxes.find(call.principal, request.path_params["id"], scope="user")
-    items = await call.services.messages.page(mailbox, page)
+    items = await call.services.messages.page(mailbox, page, flt)
     return json_response({"messages": [schemas.message_item(m) for m in items], "page": page})
+
+
+@pro
+async def wait_account_message(request: Request, call: Call) -> Response:
+    flt, timeout = message_filter(request), wait_timeout(request)
+    mailbox = await call.services.mailboxes.find(call.principal, request.path_params["id"], scope="user")
+    return await wait_response(request, call.services.waits.wait(mailbox, flt, within=timeout))
 
 
 @pro
@@ -113,6 +122,7 @@ routes = [
     Route("/api/user/accounts", list_accounts, methods=["GET"]),
     Route("/api/user/accounts/{id}", delete_account, methods=["DELETE"]),
     Route("/api/user/accounts/{id}/messages", list_account_messages, methods=["GET"]),
+    Route("/api/user/accounts/{id}/messages/wait", wait_account_message, methods=["GET"]),
     Route("/api/user/accounts/{id}/reset-password", reset_account_password, methods=["PUT"]),
     Route("/api/user/domains", list_domains, methods=["GET"]),
     Route("/api/user/domains", add_domain, methods=["POST"]),
