@@ -117,7 +117,7 @@ async def test_a_client_that_leaves_ends_its_wait_and_leaves_no_listener(harness
     assert isinstance(bus, Fanout)
     waits = harness.server.services.waits
     baseline = bus.listener_count()
-    reader, writer = await asyncio.open_connection("127.0.0.1", harness.server.http_port)
+    _reader, writer = await asyncio.open_connection("127.0.0.1", harness.server.http_port)
     writer.write(
         f"GET {wait_url(box)}?q=never&timeout=60 HTTP/1.1\r\nHost: x\r\n"
         f"Authorization: Bearer {harness.admin_token}\r\n\r\n".encode()
