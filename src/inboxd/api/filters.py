@@ -11,8 +11,35 @@ from starlette.responses import Response
 
 from inboxd.api import schemas
 from inboxd.api.http import json_response
+from inboxd.api.openapi import Query
 from inboxd.model import MessageDetail, MessageFilter
 from inboxd.services.filters import parse_filter, parse_timeout
+
+FILTER_QUERY = (
+    Query(
+        "q",
+        str,
+        "Full text: every word must match (any case) the subject, from, recipients or text body; "
+        "`word*` matches a prefix. Mail is searchable within about 2 s of its arrival.",
+        extension=True,
+    ),
+    Query("from", str, "Substring (any case) of `from` or `sender`.", extension=True),
+    Query("to", str, "Substring (any case) of the To/Cc recipients or the mailbox address.", extension=True),
+    Query("subject", str, "Substring (any case) of the subject.", extension=True),
+    Query("unread", bool, "`true`: only unread messages; `false`: only read ones.", extension=True),
+    Query("has_attachments", bool, "`true` or `false`.", extension=True),
+    Query("since", str, "RFC 3339 timestamp; `created_at` at or after it.", extension=True),
+    Query("until", str, "RFC 3339 timestamp; `created_at` before it.", extension=True),
+)
+WAIT_QUERY = (
+    *FILTER_QUERY,
+    Query("timeout", float, "Seconds to wait, 0 to 60 (default 30).", extension=True),
+)
+WAIT_DESCRIPTION = (
+    "The newest message the filters keep (and whose `created_at` is at or after `since`), at once if "
+    "there is one, otherwise the moment one is committed; 408 `timeout` when none arrives in time. "
+    "Counts as one operation."
+)
 
 # Never sent: the client has gone, and the server only needs to end the request.
 _GONE = 499
