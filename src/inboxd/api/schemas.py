@@ -114,6 +114,12 @@ def message_detail(d: MessageDetail) -> dict[str, Any]:
             {"index": a.index, "filename": a.filename, "content_type": a.content_type, "size": a.size}
             for a in d.attachments
         ],
+        "to": d.to,
+        "cc": d.cc,
+        "is_read": s.is_read,
+        "headers": [[name, value] for name, value in d.headers],
+        "codes": list(d.codes),
+        "links": [{"url": link.url, "text": link.text} for link in d.links],
     }
 
 
