@@ -49,7 +49,7 @@ def test_sweep_queries_use_an_index_on_postgres(name: str) -> None:
             # can serve the query at all (if none can, PostgreSQL still scans).
             conn.execute("SET enable_seqscan = off")
             text = sql.replace("?", "%s")
-            plan = "\n".join(str(r[0]) for r in conn.execute(f"EXPLAIN {text}", args))  # type: ignore[arg-type]
+            plan = "\n".join(str(r[0]) for r in conn.execute(f"EXPLAIN {text}", args))
     finally:
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')

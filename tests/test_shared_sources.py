@@ -137,7 +137,10 @@ def test_migration_0002_upgrades_and_downgrades_with_data(backend: str, tmp_path
             driver.commit()
             return result
 
-    message_row = "INSERT INTO messages (id, mailbox_id, sender, from_header, subject, preview_text, size, deleted, created_at, expires_at{extra}) VALUES (?, 'mb', 's', 'f', 'subj', 'p', 3, ?, 1.0, 9e9{marks})"
+    message_row = (
+        "INSERT INTO messages (id, mailbox_id, sender, from_header, subject, preview_text, size, deleted, "
+        "created_at, expires_at{extra}) VALUES (?, 'mb', 's', 'f', 'subj', 'p', 3, ?, 1.0, 9e9{marks})"
+    )
     try:
         run("upgrade", "0001")
         sql(message_row.format(extra="", marks=""), ("old1", 0), ("old2", 0), ("gone", 1))
