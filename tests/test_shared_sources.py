@@ -142,7 +142,7 @@ def test_migration_0002_upgrades_and_downgrades_with_data(backend: str, tmp_path
         "created_at, expires_at{extra}) VALUES (?, 'mb', 's', 'f', 'subj', 'p', 3, ?, 1.0, 9e9{marks})"
     )
     try:
-        run("upgrade", "0001")
+        run("upgrade", "0002-1")  # the revision before ours
         sql(message_row.format(extra="", marks=""), ("old1", 0), ("old2", 0), ("gone", 1))
         sql("INSERT INTO message_sources (message_id, raw) VALUES (?, ?)", ("old1", b"one"), ("old2", b"two"))
         run("upgrade", "0002")
@@ -158,7 +158,7 @@ def test_migration_0002_upgrades_and_downgrades_with_data(backend: str, tmp_path
         # A delivery to three mailboxes under 0002: one source, three references.
         sql(message_row.format(extra=", source_id", marks=", ?"), ("n1", 0, "src"), ("n2", 0, "src"), ("n3", 0, "src"))
         sql("INSERT INTO message_sources (id, raw, refs) VALUES (?, ?, ?)", ("src", b"new", 3))
-        run("downgrade", "0001")
+        run("downgrade", "0002-1")
         assert sql("SELECT message_id, raw FROM message_sources ORDER BY message_id") == [
             ("n1", b"new"),
             ("n2", b"new"),

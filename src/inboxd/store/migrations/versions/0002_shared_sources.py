@@ -1,7 +1,7 @@
 """one source per delivery, shared by its copies; a partial index for the purge
 
 Revision ID: 0002
-Revises: 0001
+Revises: 0006
 Create Date: 2026-11-23 20:40:00
 
 `message_sources` was keyed by message id, one row per copy. It becomes keyed by its own id,
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0002"
-down_revision = "0001"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
