@@ -40,6 +40,7 @@ from inboxd.config import Settings
 from inboxd.errors import InboxdError, MessageRejected
 from inboxd.services.ingest import OFF_LOOP_BYTES, IngestService, Recipient
 from inboxd.smtp import replies as R
+from inboxd.tasks import TaskSet
 
 log = logging.getLogger("inboxd.smtp")
 
@@ -63,6 +64,8 @@ class SmtpServer:
         self.per_ip: dict[str, int] = {}
         self.closing = False
         self._server: asyncio.Server | None = None
+        # The sessions' deliveries, recipient checks and TLS upgrades, referenced until they end.
+        self.tasks = TaskSet()
 
     async def start(self, sock: socket.socket | None = None) -> None:
         loop = asyncio.get_running_loop()
@@ -112,6 +115,7 @@ class SmtpServer:
             await asyncio.sleep(0.01)
         for session in list(self.sessions):
             session.close(R.SHUTTING_DOWN)
+        await self.tasks.cancel()
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
@@ -270,7 +274,7 @@ class _Session(asyncio.Protocol):
         self.scan = 0
         self.busy = True
         self.delivering = True
-        asyncio.get_running_loop().create_task(self._deliver(message))
+        self.server.tasks.spawn(self._deliver(message))
         return True
 
     # Commands -------------------------------------------------------------------------------
@@ -373,7 +377,7 @@ class _Session(asyncio.Protocol):
             self.reply(R.TOO_MANY_RECIPIENTS)
             return
         self.busy = True
-        asyncio.get_running_loop().create_task(self._resolve(address))
+        self.server.tasks.spawn(self._resolve(address))
 
     async def _resolve(self, address: str) -> None:
         try:
@@ -483,7 +487,7 @@ class _Session(asyncio.Protocol):
         self.buf.clear()
         self.reply(R.READY_TLS)
         self.busy = True
-        asyncio.get_running_loop().create_task(self._upgrade(context))
+        self.server.tasks.spawn(self._upgrade(context))
 
     async def _upgrade(self, context: ssl.SSLContext) -> None:
         assert self.transport is not None
