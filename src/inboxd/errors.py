@@ -6,11 +6,15 @@
     ├── Forbidden                    403 access_denied / pro_required / *_limit_reached
     ├── NotFound                     404 not_found
     ├── MethodNotAllowed             405 method_not_allowed
+    ├── WaitTimeout                  408 timeout (no matching message within a wait's timeout)
     ├── Conflict                     409 address_taken / domain_already_exists
     ├── Gone                         410 expired / domain_expired
     ├── PayloadTooLarge              413 payload_too_large
     ├── RateLimited                  429 rate_limit_exceeded / ops_quota_exceeded
+    ├── Unavailable                  503 unavailable (the server is stopping)
     └── StorageError                 500 a fault of the database (SMTP answers 451)
+        ├── DuplicateKey             409 a unique key taken (services turn it into their Conflict)
+        └── InsufficientStorage      507 insufficient_storage: the disk or database is full (SMTP 451)
 
 The HTTP mapping lives in `api/errors.py`, the SMTP mapping in `smtp/replies.py`; everything
 else raises these and never builds a response itself.
@@ -63,6 +67,12 @@ class MethodNotAllowed(InboxdError):
     default_message = "That method is not allowed on this path."
 
 
+class WaitTimeout(InboxdError):
+    status = 408
+    code = "timeout"
+    default_message = "No matching message arrived within the timeout."
+
+
 class Conflict(InboxdError):
     status = 409
     code = "conflict"
@@ -91,6 +101,12 @@ class RateLimited(InboxdError):
         self.retry_after = retry_after
 
 
+class Unavailable(InboxdError):
+    status = 503
+    code = "unavailable"
+    default_message = "The server is stopping; try again."
+
+
 class StorageError(InboxdError):
     """A database fault: 500 `internal_error` with no detail over HTTP, 451 over SMTP."""
 
@@ -104,6 +120,15 @@ class DuplicateKey(StorageError):
 
     status = 409
     code = "conflict"
+
+
+class InsufficientStorage(StorageError):
+    """The disk or the database is full (SQLITE_FULL, PostgreSQL's disk_full, ENOSPC). The write did
+    not happen and may succeed once space returns: 507 over HTTP, 451 over SMTP."""
+
+    status = 507
+    code = "insufficient_storage"
+    default_message = "The server has no room left to store this; try again later."
 
 
 class MessageRejected(InboxdError):

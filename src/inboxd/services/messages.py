@@ -11,9 +11,19 @@ from functools import partial
 import msgspec
 
 from inboxd.errors import Gone, InvalidRequest, NotFound
+from inboxd.mail import html_view
 from inboxd.mail.codes import find_codes, find_links
 from inboxd.mail.parse import ParsedMessage, parse_message
-from inboxd.model import Attachment, AttachmentContent, Link, Mailbox, MessageDetail, MessageSummary
+from inboxd.model import (
+    NO_FILTER,
+    Attachment,
+    AttachmentContent,
+    Link,
+    Mailbox,
+    MessageDetail,
+    MessageFilter,
+    MessageSummary,
+)
 from inboxd.services.rawcodec import decompress
 from inboxd.store import messages as store
 from inboxd.store.db import Database, Tx
@@ -64,10 +74,17 @@ class MessageService:
         self._db = db
         self._clock = clock
 
-    async def page(self, mailbox: Mailbox, page: int) -> list[MessageSummary]:
+    async def page(self, mailbox: Mailbox, page: int, flt: MessageFilter = NO_FILTER) -> list[MessageSummary]:
         if page < 1:
             raise InvalidRequest("`page` must be an integer of at least 1.")
-        return await self._db.read(partial(store.page, mailbox_id=mailbox.id, page=page, now=self._clock()))
+        return await self._db.read(partial(store.page, mailbox_id=mailbox.id, page=page, now=self._clock(), flt=flt))
+
+    async def newest(self, mailbox: Mailbox, flt: MessageFilter) -> MessageSummary | None:
+        """The newest live message of the mailbox that `flt` keeps."""
+        found = await self._db.read(
+            partial(store.page, mailbox_id=mailbox.id, page=1, now=self._clock(), flt=flt, size=1)
+        )
+        return found[0] if found else None
 
     async def _live(self, mailbox: Mailbox, message_id: str) -> MessageSummary:
         summary = await self._db.read(partial(store.get, mailbox_id=mailbox.id, message_id=message_id))
@@ -124,6 +141,18 @@ class MessageService:
         return AttachmentContent(
             filename=part.filename, content_type=part.declared_type or part.content_type, data=part.data
         )
+
+    async def html_view(self, mailbox: Mailbox, message_id: str, *, allow_remote: bool) -> html_view.SafeHtml:
+        """The HTML body made inert for the browser, its `cid:` images taken from its own parts."""
+        summary = await self._live(mailbox, message_id)
+        raw = await self._raw(summary)
+
+        def build() -> html_view.SafeHtml:
+            parsed = parse_message(raw)
+            inline = {a.content_id: (a.content_type, a.data) for a in parsed.attachments if a.content_id}
+            return html_view.render(parsed.html_body, inline, allow_remote=allow_remote)
+
+        return await asyncio.to_thread(build)
 
     async def mark_read(self, mailbox: Mailbox, message_id: str) -> None:
         await self._live(mailbox, message_id)

@@ -15,6 +15,7 @@ from inboxd.services.mailboxes import MailboxService
 from inboxd.services.messages import MessageService
 from inboxd.services.profile import ProfileService
 from inboxd.services.users import UserService
+from inboxd.services.waits import WaitService
 from inboxd.services.webhooks import WebhookService
 
 
@@ -32,3 +33,4 @@ class Services:
     domains: DomainService
     profiles: ProfileService
     webhooks: WebhookService
+    waits: WaitService
