@@ -302,7 +302,10 @@ _PROMOTION = re.compile(
     re.IGNORECASE,
 )
 _URLISH = re.compile(
-    r"""(?:https?://|www\.)[^\s<>"']+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+|\b[\w-]+(?:\.[\w-]+)*\.(?:com|org|net|io|de|fr|es|jp|cn)/\S*""",
+    # Bounded runs: a run of letters without the expected "@" or "." would otherwise be rescanned
+    # from each of its positions.
+    r"""(?:https?://|www\.)[^\s<>"']+|[\w.+-]{1,64}@[\w-]{1,63}(?:\.[\w-]{1,63})+|"""
+    r"""\b[\w-]{1,63}(?:\.[\w-]{1,63}){0,8}\.(?:com|org|net|io|de|fr|es|jp|cn)/\S*""",
     re.IGNORECASE,
 )
 # A tight token: ASCII letters and digits, groups joined by single separators.
@@ -324,6 +327,7 @@ _BAD_AFTER_DIGITS = re.compile(
     r"followers?\b|users?\b|members?\b|people\b|items?\b|times?\b|days?\b|hours?\b|minutes?\b|seconds?\b)",
     re.IGNORECASE,
 )
+_MAX_CODE_TEXT = 256 * 1024
 _SET_APART_TRIM = " \t\u00a0:：.。!！*\"'“”«»「」【】[]()"
 
 
@@ -483,8 +487,10 @@ def _accepted(c: _Candidate, message_score: int) -> bool:
 
 def find_codes(subject: str, text_body: str, html_body: str) -> list[str]:
     """The one-time codes in a message, the most likely first; [] when it has none."""
+    # Codes sit near the top of a message; the cap bounds the work a huge body asks for.
+    text_body = text_body[:_MAX_CODE_TEXT]
     rendered = _render_html(html_body) if html_body else None
-    html_text = rendered.text if rendered is not None else ""
+    html_text = rendered.text[:_MAX_CODE_TEXT] if rendered is not None else ""
     body_text = text_body + "\n" + html_text
     ctx = _Context(
         subject_has_word=bool(_NOUNS.search(subject) or _VERBS.search(subject)),
