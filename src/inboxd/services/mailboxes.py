@@ -148,6 +148,11 @@ class MailboxService:
             raise NotFound("No such mailbox.")
         return mailbox
 
+    async def live_token(self, principal: Principal, ref: str) -> str:
+        """A mailbox token for the owner's browser to follow the mailbox over the WebSocket."""
+        mailbox = await self.find(principal, ref, scope="user")
+        return self._tokens.issue(mailbox.id, mailbox.password_gen, now=self._clock())
+
     async def password_gens(self, mailbox_ids: list[str]) -> dict[str, int]:
         """The current password generation of each mailbox that still exists."""
 
