@@ -34,7 +34,14 @@ lint: $(TEST_STAMP)
 typecheck: $(TEST_STAMP)
 	$(BIN)/mypy
 
-pytest: $(TEST_STAMP) services
+# The browser tests drive Debian's chromium through Playwright (Playwright's own browser download
+# is not used).
+CHROMIUM := /usr/bin/chromium
+
+$(CHROMIUM):
+	$$(command -v flock >/dev/null && echo flock /tmp/apt.lock) sh -c 'apt-get update -q && apt-get install -y -q chromium'
+
+pytest: $(TEST_STAMP) services $(CHROMIUM)
 	$(BIN)/pytest
 
 test: lint typecheck pytest

@@ -11,11 +11,19 @@ from inboxd.api import accounts, messages, public, user, webhooks, ws
 from inboxd.api.errors import AnswerUnexpected, on_http_error, on_inboxd_error
 from inboxd.errors import InboxdError
 from inboxd.services.registry import Services
+from inboxd.web import app as web
 
 
 def build_asgi(services: Services) -> ASGIApp:
     app = Starlette(
-        routes=[*public.routes, *messages.routes, *accounts.routes, *user.routes, *webhooks.routes],
+        routes=[
+            *public.routes,
+            *messages.routes,
+            *accounts.routes,
+            *user.routes,
+            *webhooks.routes,
+            *web.routes(),
+        ],
         middleware=[Middleware(AnswerUnexpected)],
         exception_handlers={InboxdError: on_inboxd_error, HTTPException: on_http_error},
     )
