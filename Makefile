@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+# The sign-in tests' OpenID Connect provider (npm oidc-provider), installed from the lock file.
+IDP_STAMP := tests/idp/node_modules/.package-lock.json
 
 .PHONY: run test lint typecheck pytest bench services clean
 
@@ -41,7 +43,11 @@ CHROMIUM := /usr/bin/chromium
 $(CHROMIUM):
 	$$(command -v flock >/dev/null && echo flock /tmp/apt.lock) sh -c 'apt-get update -q && apt-get install -y -q chromium'
 
-pytest: $(TEST_STAMP) services $(CHROMIUM)
+$(IDP_STAMP): tests/idp/package.json tests/idp/package-lock.json
+	npm ci --prefix tests/idp --no-audit --no-fund --loglevel=error
+	touch $@
+
+pytest: $(TEST_STAMP) $(IDP_STAMP) services $(CHROMIUM)
 	$(BIN)/pytest
 
 test: lint typecheck pytest
@@ -50,4 +56,4 @@ bench: $(TEST_STAMP)
 	$(BIN)/python -m bench all
 
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) data tests/idp/node_modules

@@ -93,6 +93,7 @@ class Inboxd:
         self._http_sock: socket.socket | None = None
         self._workers: list[Sweeper] = []
         self._webhook_worker: WebhookWorker | None = None
+        self._stack = contextlib.AsyncExitStack()
 
     @property
     def services(self) -> Services:
@@ -126,21 +127,32 @@ class Inboxd:
             raise
 
     async def _start(self) -> None:
-        settings = self.settings
+        # Each part registers its stop on the exit stack as soon as it started: `stop` unwinds
+        # the stack in reverse, and a step that fails does not keep the later ones from running.
+        settings, stack = self.settings, self._stack
         self._db = db = await open_database(settings)
+        stack.push_async_callback(self._close_database)
         self._bus = bus = self._event_bus()
         await bus.start()
+        stack.push_async_callback(bus.stop)
         self._services = services = await self._build_services(db, bus)
         await services.admission.start()
+        stack.push_async_callback(self._flush_last_used)
+        stack.push_async_callback(services.admission.stop)
         await self._bootstrap()
         self._workers = [Sweeper(db, services, settings=settings, clock=self.clock)]
         for worker in self._workers:
             worker.start()
-        self._webhook_worker = WebhookWorker(db, WebhookSender(settings), settings=settings, clock=self.clock)
-        services.ingest.on_jobs_queued(self._webhook_worker.wake)
-        self._webhook_worker.start()
-        self._smtp = SmtpServer(services.ingest, settings=settings, tls=self._smtp_tls())
-        await self._smtp.start(_bind(settings.smtp_host, settings.smtp_port))
+            stack.push_async_callback(worker.stop)
+        self._webhook_worker = webhooks = WebhookWorker(
+            db, WebhookSender(settings), settings=settings, clock=self.clock
+        )
+        services.ingest.on_jobs_queued(webhooks.wake)
+        webhooks.start()
+        stack.push_async_callback(webhooks.stop)
+        self._smtp = smtp = SmtpServer(services.ingest, settings=settings, tls=self._smtp_tls())
+        await smtp.start(_bind(settings.smtp_host, settings.smtp_port))
+        stack.push_async_callback(smtp.stop)
         await self._start_http(services)
         log.info(
             "inboxd listening: HTTP %s:%d, SMTP %s:%d",
@@ -220,6 +232,7 @@ class Inboxd:
             timeout_graceful_shutdown=5,
         )
         self._http = uvicorn.Server(config)
+        self._stack.push_async_callback(self._stop_http)
         # `_serve` is `serve` without its signal capture: the process owner handles signals.
         self._http_task = asyncio.get_running_loop().create_task(self._http._serve(sockets=[self._http_sock]))
         while not self._http.started:
@@ -245,26 +258,26 @@ class Inboxd:
         os.chmod(path, 0o600)
 
     async def stop(self) -> None:
+        """Stop every part that started, in reverse order. Each step runs even when an earlier
+        one failed; the first failure is raised at the end (with the others chained)."""
+        stack, self._stack = self._stack, contextlib.AsyncExitStack()
+        await stack.aclose()
+
+    async def _stop_http(self) -> None:
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             with contextlib.suppress(Exception):
                 await self._http_task
-        if self._smtp is not None:
-            await self._smtp.stop()
-        for worker in self._workers:
-            await worker.stop()
-        if self._webhook_worker is not None:
-            await self._webhook_worker.stop()
-            self._webhook_worker = None
+
+    async def _flush_last_used(self) -> None:
         if self._services is not None:
-            await self._services.admission.stop()
             with contextlib.suppress(Exception):
                 await self._services.users.flush_last_used()
-        if self._bus is not None:
-            await self._bus.stop()
+
+    async def _close_database(self) -> None:
         if self._db is not None:
-            await self._db.close()
-            self._db = None
+            db, self._db = self._db, None
+            await db.close()
 
 
 async def serve(settings: Settings) -> None:
