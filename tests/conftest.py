@@ -29,6 +29,9 @@ from inboxd.config import Settings
 from inboxd.store import migrate
 from inboxd.store.schema import metadata
 
+# Browser fixtures (Playwright with Debian's chromium), for the dashboard's tests.
+pytest_plugins = ["tests.browser"]
+
 PG_URL = os.environ.get("INBOXD_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("INBOXD_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 

@@ -37,6 +37,8 @@ from inboxd.services.messages import MessageService
 from inboxd.services.ops_ledger import OpsLedger
 from inboxd.services.profile import ProfileService
 from inboxd.services.registry import Services
+from inboxd.services.sessions import SessionService
+from inboxd.services.signin import SignInService
 from inboxd.services.users import UserService
 from inboxd.services.webhooks import WebhookService
 from inboxd.smtp.server import SmtpServer
@@ -81,6 +83,7 @@ class Inboxd:
         self.settings = settings
         self.clock = clock
         self.bootstrap_token: str | None = None
+        self.bootstrap_link: str | None = None
         self._db: Database | None = None
         self._bus: EventBus | None = None
         self._services: Services | None = None
@@ -191,6 +194,8 @@ class Inboxd:
             ),
             profiles=ProfileService(db, settings=settings),
             webhooks=WebhookService(db, settings=settings, clock=clock),
+            sessions=SessionService(db, settings=settings, clock=clock),
+            sign_in=SignInService(db, settings=settings, clock=clock),
         )
 
     def _event_bus(self) -> EventBus:
@@ -244,6 +249,7 @@ class Inboxd:
         admin = await users.create_user("admin@localhost", plan="pro", role="admin")
         created = await users.create_token(admin, "bootstrap")
         self.bootstrap_token = created.value
+        self.bootstrap_link = await self.services.sign_in.issue_link(admin)
         path = Path(self.settings.data_dir) / BOOTSTRAP_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -288,6 +294,14 @@ async def serve(settings: Settings) -> None:
             flush=True,
         )
         print(server.bootstrap_token, flush=True)
+    if server.bootstrap_link:
+        minutes = max(1, round(settings.sign_in_link_ttl / 60))
+        print(
+            f"inboxd: one-time dashboard sign-in link for admin@localhost (valid {minutes} minutes; "
+            "`inboxd users sign-in-link --email admin@localhost` prints a new one):",
+            flush=True,
+        )
+        print(server.bootstrap_link, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -14,6 +14,8 @@ from inboxd.services.limits import Admission
 from inboxd.services.mailboxes import MailboxService
 from inboxd.services.messages import MessageService
 from inboxd.services.profile import ProfileService
+from inboxd.services.sessions import SessionService
+from inboxd.services.signin import SignInService
 from inboxd.services.users import UserService
 from inboxd.services.webhooks import WebhookService
 
@@ -32,3 +34,5 @@ class Services:
     domains: DomainService
     profiles: ProfileService
     webhooks: WebhookService
+    sessions: SessionService
+    sign_in: SignInService
