@@ -10,6 +10,7 @@ and shown in an `<iframe sandbox>` without scripts or our origin.
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
@@ -121,7 +122,7 @@ async def reset_password(request: Request, call: WebCall) -> Response:
     return redirect(f"/mailboxes/{mailbox.id}?notice=password_reset")
 
 
-async def _inbox_context(request: Request, call: WebCall) -> dict[str, object]:
+async def _inbox_context(request: Request, call: WebCall) -> dict[str, Any]:
     mailbox = await _mailbox(call, request)
     number = _page_number(request)
     messages = await call.services.messages.page(mailbox, number)
@@ -233,7 +234,9 @@ async def message_source(request: Request, call: WebCall) -> Response:
 async def message_attachment(request: Request, call: WebCall) -> Response:
     """Always a download: a browser never renders a part of a message in our origin."""
     mailbox = await _mailbox(call, request)
-    part = await call.services.messages.attachment(mailbox, request.path_params["message"], request.path_params["index"])
+    part = await call.services.messages.attachment(
+        mailbox, request.path_params["message"], request.path_params["index"]
+    )
     return Response(
         part.data,
         media_type="application/octet-stream",

@@ -32,6 +32,7 @@
         if (rows && current) {
           current.replaceWith(document.adoptNode(rows));
           unread.textContent = `${rows.dataset.unread} unread`;
+          document.getElementById("used").textContent = rows.dataset.used;
           if (Number(rows.dataset.count) > 0) {
             document.getElementById("message-table").hidden = false;
             const empty = document.getElementById("empty-state");
