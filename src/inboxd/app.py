@@ -37,9 +37,11 @@ from inboxd.services.messages import MessageService
 from inboxd.services.ops_ledger import OpsLedger
 from inboxd.services.profile import ProfileService
 from inboxd.services.registry import Services
+from inboxd.services.sandbox import SandboxService
 from inboxd.services.users import UserService
 from inboxd.services.webhooks import WebhookService
 from inboxd.smtp.server import SmtpServer
+from inboxd.smtp.submission import Submission
 from inboxd.store import migrate
 from inboxd.store import users as user_store
 from inboxd.store.db import Database, PostgresDatabase, SqliteDatabase
@@ -85,6 +87,8 @@ class Inboxd:
         self._bus: EventBus | None = None
         self._services: Services | None = None
         self._smtp: SmtpServer | None = None
+        self._submission: SmtpServer | None = None
+        self._submissions: SmtpServer | None = None
         self._http: uvicorn.Server | None = None
         self._http_task: asyncio.Task[None] | None = None
         self._http_sock: socket.socket | None = None
@@ -100,6 +104,15 @@ class Inboxd:
     def smtp_port(self) -> int:
         assert self._smtp is not None
         return self._smtp.port
+
+    @property
+    def submission_port(self) -> int:
+        assert self._submission is not None
+        return self._submission.port
+
+    @property
+    def submissions_port(self) -> int | None:
+        return None if self._submissions is None else self._submissions.port
 
     @property
     def http_port(self) -> int:
@@ -136,16 +149,36 @@ class Inboxd:
         self._webhook_worker = WebhookWorker(db, WebhookSender(settings), settings=settings, clock=self.clock)
         services.ingest.on_jobs_queued(self._webhook_worker.wake)
         self._webhook_worker.start()
-        self._smtp = SmtpServer(services.ingest, settings=settings, tls=self._smtp_tls())
+        tls = self._smtp_tls()
+        self._smtp = SmtpServer(services.ingest, settings=settings, tls=tls)
         await self._smtp.start(_bind(settings.smtp_host, settings.smtp_port))
+        await self._start_submission(services, tls)
         await self._start_http(services)
         log.info(
-            "inboxd listening: HTTP %s:%d, SMTP %s:%d",
+            "inboxd listening: HTTP %s:%d, SMTP %s:%d, submission %s:%d",
             settings.http_host,
             self.http_port,
             settings.smtp_host,
             self.smtp_port,
+            settings.submission_host,
+            self.submission_port,
         )
+
+    async def _start_submission(self, services: Services, tls: ssl.SSLContext | None) -> None:
+        """The SMTP sandbox's listeners: submission (STARTTLS when certificates are set), and
+        implicit TLS when its port is configured."""
+        settings = self.settings
+        hooks = Submission(
+            sandboxes=services.sandboxes, ingest=services.ingest, admission=services.admission, settings=settings
+        )
+        self._submission = SmtpServer(services.ingest, settings=settings, tls=tls, hooks=hooks)
+        await self._submission.start(_bind(settings.submission_host, settings.submission_port))
+        if settings.submissions_port is not None:
+            if tls is None:
+                raise RuntimeError("INBOXD_SUBMISSIONS_PORT needs INBOXD_TLS_CERT and INBOXD_TLS_KEY")
+            self._submissions = SmtpServer(services.ingest, settings=settings, tls=tls, hooks=hooks, implicit_tls=True)
+            await self._submissions.start(_bind(settings.submission_host, settings.submissions_port))
+        services.sandboxes.listening(port=self.submission_port, tls_port=self.submissions_port)
 
     async def _build_services(self, db: Database, bus: EventBus) -> Services:
         settings, clock = self.settings, self.clock
@@ -154,6 +187,7 @@ class Inboxd:
         )
         mailbox_tokens = MailboxTokens(key, ttl=settings.mailbox_token_ttl)
         mailboxes = MailboxService(db, settings=settings, tokens=mailbox_tokens, clock=clock, bus=bus)
+        messages = MessageService(db, clock=clock)
         counters = (
             RedisCounters.from_url(settings.redis_url, prefix=settings.redis_prefix)
             if settings.redis_url
@@ -164,7 +198,7 @@ class Inboxd:
             clock=clock,
             users=UserService(db, clock=clock),
             mailboxes=mailboxes,
-            messages=MessageService(db, clock=clock),
+            messages=messages,
             ingest=IngestService(
                 db, settings=settings, bus=bus, clock=clock, public_domains=mailboxes.is_public_domain
             ),
@@ -179,6 +213,7 @@ class Inboxd:
             ),
             profiles=ProfileService(db, settings=settings),
             webhooks=WebhookService(db, settings=settings, clock=clock),
+            sandboxes=SandboxService(db, settings=settings, messages=messages, tokens=mailbox_tokens, clock=clock),
         )
 
     def _event_bus(self) -> EventBus:
@@ -187,10 +222,10 @@ class Inboxd:
         return LocalBus()
 
     def _smtp_tls(self) -> ssl.SSLContext | None:
-        if not self.settings.smtp_tls_cert:
+        if not self.settings.resolved_tls_cert:
             return None
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(self.settings.smtp_tls_cert, self.settings.smtp_tls_key or None)
+        context.load_cert_chain(self.settings.resolved_tls_cert, self.settings.resolved_tls_key or None)
         return context
 
     async def _start_http(self, services: Services) -> None:
@@ -243,8 +278,9 @@ class Inboxd:
             self._http.should_exit = True
             with contextlib.suppress(Exception):
                 await self._http_task
-        if self._smtp is not None:
-            await self._smtp.stop()
+        for listener in (self._submissions, self._submission, self._smtp):
+            if listener is not None:
+                await listener.stop()
         for worker in self._workers:
             await worker.stop()
         if self._webhook_worker is not None:
@@ -268,7 +304,11 @@ async def serve(settings: Settings) -> None:
     server = Inboxd(settings)
     await server.start()
     http = f"http://{settings.http_host}:{server.http_port}"
-    print(f"inboxd: HTTP on {http}  SMTP on {settings.smtp_host}:{server.smtp_port}", flush=True)
+    print(
+        f"inboxd: HTTP on {http}  SMTP on {settings.smtp_host}:{server.smtp_port}"
+        f"  submission on {settings.submission_host}:{server.submission_port}",
+        flush=True,
+    )
     if server.bootstrap_token:
         print(
             f"inboxd: bootstrap API token (shown once, also in {Path(settings.data_dir) / BOOTSTRAP_FILE}):",

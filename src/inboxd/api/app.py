@@ -7,7 +7,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp
 
-from inboxd.api import accounts, messages, public, user, webhooks, ws
+from inboxd.api import accounts, messages, public, sandbox, user, webhooks, ws
 from inboxd.api.errors import AnswerUnexpected, on_http_error, on_inboxd_error
 from inboxd.errors import InboxdError
 from inboxd.services.registry import Services
@@ -15,7 +15,7 @@ from inboxd.services.registry import Services
 
 def build_asgi(services: Services) -> ASGIApp:
     app = Starlette(
-        routes=[*public.routes, *messages.routes, *accounts.routes, *user.routes, *webhooks.routes],
+        routes=[*public.routes, *messages.routes, *accounts.routes, *user.routes, *sandbox.routes, *webhooks.routes],
         middleware=[Middleware(AnswerUnexpected)],
         exception_handlers={InboxdError: on_inboxd_error, HTTPException: on_http_error},
     )

@@ -17,11 +17,13 @@ from inboxd.model import (
     MessageDetail,
     MessageSummary,
     PublicDomain,
+    SandboxMessage,
     Webhook,
     iso,
 )
 from inboxd.services.domains import DnsRecord, Verification
 from inboxd.services.profile import Profile
+from inboxd.services.sandbox import SandboxDetail, SandboxInfo
 
 
 class MailboxSecret(msgspec.Struct):
@@ -212,3 +214,38 @@ def delivery(d: Delivery) -> dict[str, Any]:
         "duration_ms": d.duration_ms,
         "created_at": iso(d.created_at),
     }
+
+
+def sandbox_info(i: SandboxInfo) -> dict[str, Any]:
+    """`GET /api/user/sandbox`: the `mailtd` SDK's `SandboxInfo`, plus TLS details and snippets."""
+    mailbox = i.sandbox.mailbox
+    return {
+        "enabled": i.enabled,
+        "smtp_host": i.smtp.host,
+        "smtp_port": i.smtp.port,
+        "auth_method": i.smtp.auth_method,
+        "username": i.smtp.username,
+        "note": i.note,
+        "account_id": mailbox.id,
+        "address": mailbox.address,
+        "quota": mailbox.quota,
+        "used": mailbox.used,
+        "starttls": i.smtp.starttls,
+        "smtps_port": i.smtp.tls_port,
+        "snippets": i.snippets,
+    }
+
+
+def sandbox_item(m: SandboxMessage) -> dict[str, Any]:
+    item = message_item(m.summary)
+    item["recipients"] = list(m.recipients)
+    return item
+
+
+def sandbox_detail(d: SandboxDetail) -> dict[str, Any]:
+    out = message_detail(d.detail)
+    out["recipients"] = list(d.recipients)
+    out["to"] = list(d.to)
+    out["cc"] = list(d.cc)
+    out["bcc"] = list(d.bcc)
+    return out

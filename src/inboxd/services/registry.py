@@ -14,6 +14,7 @@ from inboxd.services.limits import Admission
 from inboxd.services.mailboxes import MailboxService
 from inboxd.services.messages import MessageService
 from inboxd.services.profile import ProfileService
+from inboxd.services.sandbox import SandboxService
 from inboxd.services.users import UserService
 from inboxd.services.webhooks import WebhookService
 
@@ -32,3 +33,4 @@ class Services:
     domains: DomainService
     profiles: ProfileService
     webhooks: WebhookService
+    sandboxes: SandboxService

@@ -12,6 +12,10 @@ What it guarantees:
 - 250 is written only after `IngestService.deliver` returned, i.e. after the commit.
 Commands are handled strictly in order (PIPELINING): while one waits on the database, input
 is buffered, and reading pauses once the buffer is large.
+
+What a listener adds is a `SessionHooks` per session: extra EHLO keywords and verbs (AUTH on
+the submission listener, `smtp/submission.py`), the gate before MAIL, and where RCPT and DATA
+go. `Reception`, the default, is the MX: RCPT names a mailbox, DATA stores a copy per mailbox.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ import socket
 import ssl
 import time
 import uuid
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from email.utils import format_datetime
-from typing import cast
+from typing import Any, Protocol, cast
 
 from inboxd.config import Settings
 from inboxd.errors import InboxdError
@@ -41,13 +46,85 @@ IDLE_TIMEOUT = 300.0
 TERMINATOR = b"\r\n.\r\n"
 
 
+class SessionHooks(Protocol):
+    """One session's listener-specific behaviour; the engine calls it, it answers through the session."""
+
+    def ehlo_keywords(self) -> Sequence[str]:
+        """Extra EHLO keywords (e.g. `AUTH PLAIN LOGIN`)."""
+        ...
+
+    def command(self, verb: str, arg: str) -> bool:
+        """Handle a verb the engine does not know; False when the listener does not know it either."""
+        ...
+
+    def mail_refusal(self) -> str | None:
+        """The reply that refuses MAIL now (e.g. 530 before AUTH), or None."""
+        ...
+
+    async def resolve(self, address: str, *, declared_size: int | None) -> Recipient:
+        """The mailbox an RCPT address lands in, or a `MessageRejected`."""
+        ...
+
+    async def deliver(
+        self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes
+    ) -> None:
+        """Store the message (committed when this returns); `envelope` is every accepted RCPT address."""
+        ...
+
+    def tls_started(self) -> None:
+        """The session restarted under TLS: forget what was said before it."""
+        ...
+
+
+class Reception:
+    """The receiving listener's hooks: RCPT names a mailbox; nothing to add to the protocol."""
+
+    def __init__(self, ingest: IngestService) -> None:
+        self._ingest = ingest
+
+    def ehlo_keywords(self) -> Sequence[str]:
+        return ()
+
+    def command(self, verb: str, arg: str) -> bool:
+        return False
+
+    def mail_refusal(self) -> str | None:
+        return None
+
+    async def resolve(self, address: str, *, declared_size: int | None) -> Recipient:
+        return await self._ingest.resolve(address, declared_size=declared_size)
+
+    async def deliver(
+        self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes
+    ) -> None:
+        await self._ingest.deliver(sender=sender, recipients=recipients, raw=raw)
+
+    def tls_started(self) -> None:
+        return None
+
+
+HooksFactory = Callable[["_Session"], SessionHooks]
+
+
 class SmtpServer:
     """Listens, tracks sessions, and stops them in order (deliveries in flight finish first)."""
 
-    def __init__(self, ingest: IngestService, *, settings: Settings, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        ingest: IngestService,
+        *,
+        settings: Settings,
+        tls: ssl.SSLContext | None = None,
+        hooks: HooksFactory | None = None,
+        implicit_tls: bool = False,
+    ) -> None:
         self.ingest = ingest
         self.settings = settings
         self.tls = tls
+        # Implicit TLS (RFC 8314): every connection is TLS from its first byte; no STARTTLS.
+        self.implicit_tls = implicit_tls and tls is not None
+        reception = Reception(ingest)
+        self.hooks: HooksFactory = hooks or (lambda session: reception)
         self.hostname = settings.resolved_smtp_hostname
         self.sessions: set[_Session] = set()
         self.closing = False
@@ -64,7 +141,13 @@ class SmtpServer:
                 backlog=1024,
             )
         else:
-            self._server = await loop.create_server(lambda: _Session(self), sock=sock, backlog=1024)
+            self._server = await loop.create_server(
+                lambda: _Session(self),
+                sock=sock,
+                backlog=1024,
+                ssl=self.tls if self.implicit_tls else None,
+                ssl_handshake_timeout=self.settings.tls_handshake_timeout if self.implicit_tls else None,
+            )
 
     @property
     def port(self) -> int:
@@ -102,11 +185,16 @@ class _Session(asyncio.Protocol):
         self.peer = ""
         self.helo: str | None = None
         self.esmtp = False
-        self.secure = False
+        self.secure = server.implicit_tls
         self.sender: str | None = None
         self.recipients: list[Recipient] = []
+        # Every accepted RCPT address, in order (several may land in one mailbox).
+        self.envelope: list[str] = []
         self.last_activity = time.monotonic()
         self.idle_timer: asyncio.TimerHandle | None = None
+        # Set by a hook that expects the next line to be an answer (an AUTH exchange), not a command.
+        self.line_handler: Callable[[bytes], None] | None = None
+        self.hooks = server.hooks(self)
 
     # asyncio.Protocol ----------------------------------------------------------------------
 
@@ -167,7 +255,12 @@ class _Session(asyncio.Protocol):
             if line.endswith(b"\r"):
                 line = line[:-1]
             if len(line) > LINE_LIMIT:
+                self.line_handler = None
                 self.error(R.LINE_TOO_LONG)
+                continue
+            if self.line_handler is not None:
+                handler, self.line_handler = self.line_handler, None
+                handler(line)
                 continue
             self.command(line)
         if self.paused and not self.busy and self.transport is not None:
@@ -206,6 +299,8 @@ class _Session(asyncio.Protocol):
         arg = arg.strip()
         handler = _COMMANDS.get(verb)
         if handler is None:
+            if self.hooks.command(verb, arg):
+                return
             self.error(R.NOT_IMPLEMENTED if verb in ("AUTH", "BDAT", "ETRN", "TURN", "EXPN") else R.UNRECOGNIZED)
             return
         handler(self, arg)
@@ -226,6 +321,7 @@ class _Session(asyncio.Protocol):
         ]
         if self.server.tls is not None and not self.secure:
             lines.append("STARTTLS")
+        lines.extend(self.hooks.ehlo_keywords())
         lines.append("HELP")
         self.reply("\r\n".join(f"250-{x}" for x in lines[:-1]) + f"\r\n250 {lines[-1]}")
 
@@ -243,6 +339,10 @@ class _Session(asyncio.Protocol):
             return
         if self.sender is not None:
             self.error(R.NESTED_MAIL)
+            return
+        refusal = self.hooks.mail_refusal()
+        if refusal is not None:
+            self.error(refusal)
             return
         parsed = _path(arg, "FROM:")
         if parsed is None:
@@ -290,7 +390,7 @@ class _Session(asyncio.Protocol):
         if not _plausible(address) or "@" not in address or not _is_utf8(address):
             self.error(R.BAD_ADDRESS)
             return
-        if len(self.recipients) >= self.server.settings.max_recipients:
+        if len(self.envelope) >= self.server.settings.max_recipients:
             self.reply(R.TOO_MANY_RECIPIENTS)
             return
         self.busy = True
@@ -298,7 +398,7 @@ class _Session(asyncio.Protocol):
 
     async def _resolve(self, address: str) -> None:
         try:
-            recipient = await self.server.ingest.resolve(address, declared_size=self.declared_size)
+            recipient = await self.hooks.resolve(address, declared_size=self.declared_size)
         except InboxdError as exc:
             self.error(R.reply_for(exc))
         except Exception:
@@ -308,6 +408,7 @@ class _Session(asyncio.Protocol):
             # Plus addressing can name one mailbox twice: it gets one copy.
             if all(r.mailbox.id != recipient.mailbox.id for r in self.recipients):
                 self.recipients.append(recipient)
+            self.envelope.append(address)
             self.reply(R.RECIPIENT_OK)
         self.busy = False
         self.pump()
@@ -338,7 +439,7 @@ class _Session(asyncio.Protocol):
             assert self.sender is not None
             queue_id = uuid.uuid4().hex[:16]
             raw = self._received(queue_id) + body
-            await self.server.ingest.deliver(sender=self.sender, recipients=self.recipients, raw=raw)
+            await self.hooks.deliver(sender=self.sender, recipients=self.recipients, envelope=self.envelope, raw=raw)
             self.reply(R.QUEUED.format(id=queue_id))
         except InboxdError as exc:
             self.reply(R.reply_for(exc))
@@ -397,14 +498,22 @@ class _Session(asyncio.Protocol):
     async def _upgrade(self, context: ssl.SSLContext) -> None:
         assert self.transport is not None
         try:
-            transport = await asyncio.get_running_loop().start_tls(self.transport, self, context, server_side=True)
-        except (OSError, ssl.SSLError):
+            transport = await asyncio.get_running_loop().start_tls(
+                self.transport,
+                self,
+                context,
+                server_side=True,
+                ssl_handshake_timeout=self.server.settings.tls_handshake_timeout,
+            )
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError):
             self.close(None)
             return
         assert transport is not None
         self.transport = transport
         self.secure = True
         self.helo = None
+        self.line_handler = None
+        self.hooks.tls_started()
         self.reset()
         self.buf.clear()
         self.busy = False
@@ -427,6 +536,23 @@ class _Session(asyncio.Protocol):
         self.sender = None
         self.declared_size = None
         self.recipients = []
+        self.envelope = []
+
+    def run(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run a hook's asynchronous step with input held, then go on with buffered commands."""
+        self.busy = True
+        asyncio.get_running_loop().create_task(self._run(work))
+
+    async def _run(self, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except Exception:
+            log.exception("a session step failed")
+            self.reply(R.TEMP_FAILURE)
+        finally:
+            self.busy = False
+            if self.transport is not None:
+                self.pump()
 
     def close(self, text: str | None) -> None:
         if text is not None:
@@ -448,6 +574,9 @@ class _Session(asyncio.Protocol):
 
     declared_size: int | None = None
 
+
+# The session as listener hooks see it (its replies, state and `run`).
+Session = _Session
 
 _COMMANDS = {
     "EHLO": _Session.do_ehlo,

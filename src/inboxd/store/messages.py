@@ -21,12 +21,14 @@ def summary_from(row: Row) -> MessageSummary:
 class NewMessage:
     summary: MessageSummary
     raw_compressed: bytes
+    # The envelope recipients as a JSON list, kept for mail the SMTP sandbox captured.
+    envelope: str | None = None
 
 
 async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
     """Insert stored copies (their sizes are charged by `charge`)."""
     await tx.executemany(
-        f"INSERT INTO messages ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT INTO messages ({COLUMNS}, envelope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 m.summary.id,
@@ -39,6 +41,7 @@ async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
                 0,
                 m.summary.created_at,
                 m.summary.expires_at,
+                m.envelope,
             )
             for m in items
         ],
