@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+# The sign-in tests' OpenID Connect provider (npm oidc-provider), installed from the lock file.
+IDP_STAMP := tests/idp/node_modules/.package-lock.json
 
 .PHONY: run test lint typecheck pytest bench services clean
 
@@ -34,7 +36,11 @@ lint: $(TEST_STAMP)
 typecheck: $(TEST_STAMP)
 	$(BIN)/mypy
 
-pytest: $(TEST_STAMP) services
+$(IDP_STAMP): tests/idp/package.json tests/idp/package-lock.json
+	npm ci --prefix tests/idp --no-audit --no-fund --loglevel=error
+	touch $@
+
+pytest: $(TEST_STAMP) $(IDP_STAMP) services
 	$(BIN)/pytest
 
 test: lint typecheck pytest
@@ -43,4 +49,4 @@ bench: $(TEST_STAMP)
 	$(BIN)/python -m bench all
 
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) data tests/idp/node_modules

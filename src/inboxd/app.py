@@ -94,6 +94,7 @@ class Inboxd:
         self._http_sock: socket.socket | None = None
         self._workers: list[Sweeper] = []
         self._webhook_worker: WebhookWorker | None = None
+        self._stack = contextlib.AsyncExitStack()
 
     @property
     def services(self) -> Services:
@@ -136,22 +137,33 @@ class Inboxd:
             raise
 
     async def _start(self) -> None:
-        settings = self.settings
+        # Each part registers its stop on the exit stack as soon as it started: `stop` unwinds
+        # the stack in reverse, and a step that fails does not keep the later ones from running.
+        settings, stack = self.settings, self._stack
         self._db = db = await open_database(settings)
+        stack.push_async_callback(self._close_database)
         self._bus = bus = self._event_bus()
         await bus.start()
+        stack.push_async_callback(bus.stop)
         self._services = services = await self._build_services(db, bus)
         await services.admission.start()
+        stack.push_async_callback(self._flush_last_used)
+        stack.push_async_callback(services.admission.stop)
         await self._bootstrap()
         self._workers = [Sweeper(db, services, settings=settings, clock=self.clock)]
         for worker in self._workers:
             worker.start()
-        self._webhook_worker = WebhookWorker(db, WebhookSender(settings), settings=settings, clock=self.clock)
-        services.ingest.on_jobs_queued(self._webhook_worker.wake)
-        self._webhook_worker.start()
+            stack.push_async_callback(worker.stop)
+        self._webhook_worker = webhooks = WebhookWorker(
+            db, WebhookSender(settings), settings=settings, clock=self.clock
+        )
+        services.ingest.on_jobs_queued(webhooks.wake)
+        webhooks.start()
+        stack.push_async_callback(webhooks.stop)
         tls = self._smtp_tls()
-        self._smtp = SmtpServer(services.ingest, settings=settings, tls=tls)
-        await self._smtp.start(_bind(settings.smtp_host, settings.smtp_port))
+        self._smtp = smtp = SmtpServer(services.ingest, settings=settings, tls=tls)
+        await smtp.start(_bind(settings.smtp_host, settings.smtp_port))
+        stack.push_async_callback(smtp.stop)
         await self._start_submission(services, tls)
         await self._start_http(services)
         log.info(
@@ -171,13 +183,17 @@ class Inboxd:
         hooks = Submission(
             sandboxes=services.sandboxes, ingest=services.ingest, admission=services.admission, settings=settings
         )
-        self._submission = SmtpServer(services.ingest, settings=settings, tls=tls, hooks=hooks)
-        await self._submission.start(_bind(settings.submission_host, settings.submission_port))
+        self._submission = submission = SmtpServer(services.ingest, settings=settings, tls=tls, hooks=hooks)
+        await submission.start(_bind(settings.submission_host, settings.submission_port))
+        self._stack.push_async_callback(submission.stop)
         if settings.submissions_port is not None:
             if tls is None:
                 raise RuntimeError("INBOXD_SUBMISSIONS_PORT needs INBOXD_TLS_CERT and INBOXD_TLS_KEY")
-            self._submissions = SmtpServer(services.ingest, settings=settings, tls=tls, hooks=hooks, implicit_tls=True)
-            await self._submissions.start(_bind(settings.submission_host, settings.submissions_port))
+            self._submissions = implicit = SmtpServer(
+                services.ingest, settings=settings, tls=tls, hooks=hooks, implicit_tls=True
+            )
+            await implicit.start(_bind(settings.submission_host, settings.submissions_port))
+            self._stack.push_async_callback(implicit.stop)
         services.sandboxes.listening(port=self.submission_port, tls_port=self.submissions_port)
 
     async def _build_services(self, db: Database, bus: EventBus) -> Services:
@@ -250,6 +266,7 @@ class Inboxd:
             timeout_graceful_shutdown=5,
         )
         self._http = uvicorn.Server(config)
+        self._stack.push_async_callback(self._stop_http)
         # `_serve` is `serve` without its signal capture: the process owner handles signals.
         self._http_task = asyncio.get_running_loop().create_task(self._http._serve(sockets=[self._http_sock]))
         while not self._http.started:
@@ -274,27 +291,26 @@ class Inboxd:
         os.chmod(path, 0o600)
 
     async def stop(self) -> None:
+        """Stop every part that started, in reverse order. Each step runs even when an earlier
+        one failed; the first failure is raised at the end (with the others chained)."""
+        stack, self._stack = self._stack, contextlib.AsyncExitStack()
+        await stack.aclose()
+
+    async def _stop_http(self) -> None:
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             with contextlib.suppress(Exception):
                 await self._http_task
-        for listener in (self._submissions, self._submission, self._smtp):
-            if listener is not None:
-                await listener.stop()
-        for worker in self._workers:
-            await worker.stop()
-        if self._webhook_worker is not None:
-            await self._webhook_worker.stop()
-            self._webhook_worker = None
+
+    async def _flush_last_used(self) -> None:
         if self._services is not None:
-            await self._services.admission.stop()
             with contextlib.suppress(Exception):
                 await self._services.users.flush_last_used()
-        if self._bus is not None:
-            await self._bus.stop()
+
+    async def _close_database(self) -> None:
         if self._db is not None:
-            await self._db.close()
-            self._db = None
+            db, self._db = self._db, None
+            await db.close()
 
 
 async def serve(settings: Settings) -> None:

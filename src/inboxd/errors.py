@@ -11,6 +11,8 @@
     ├── PayloadTooLarge              413 payload_too_large
     ├── RateLimited                  429 rate_limit_exceeded / ops_quota_exceeded
     └── StorageError                 500 a fault of the database (SMTP answers 451)
+        ├── DuplicateKey             409 a unique key taken (services turn it into their Conflict)
+        └── InsufficientStorage      507 insufficient_storage: the disk or database is full (SMTP 451)
 
 The HTTP mapping lives in `api/errors.py`, the SMTP mapping in `smtp/replies.py`; everything
 else raises these and never builds a response itself.
@@ -104,6 +106,15 @@ class DuplicateKey(StorageError):
 
     status = 409
     code = "conflict"
+
+
+class InsufficientStorage(StorageError):
+    """The disk or the database is full (SQLITE_FULL, PostgreSQL's disk_full, ENOSPC). The write did
+    not happen and may succeed once space returns: 507 over HTTP, 451 over SMTP."""
+
+    status = 507
+    code = "insufficient_storage"
+    default_message = "The server has no room left to store this; try again later."
 
 
 class MessageRejected(InboxdError):

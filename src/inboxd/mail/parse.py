@@ -58,6 +58,8 @@ class ParsedAttachment:
     # The part's own Content-Type header, parameters kept (charset, method, name...), unfolded;
     # "" when absent or not fit to send back as an HTTP header. Downloads serve this.
     declared_type: str = field(default="", compare=False)
+    # The Content-ID without its angle brackets ("" when none): what `cid:` URLs in the HTML body name.
+    content_id: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +248,18 @@ class _Leaf:
             content_type=self.ctype,
             data=data,
             declared_type=_declared_type(self.headers, self.ctype),
+            content_id=_content_id(self.headers),
         )
+
+
+def _content_id(headers: Message) -> str:
+    try:
+        value = str(headers.get("content-id", "")).strip()
+    except Exception:
+        return ""
+    if value.startswith("<") and value.endswith(">"):
+        value = value[1:-1]
+    return value.strip()
 
 
 def _leaves(buf: bytes, root: Message, root_body: int) -> Iterator[_Leaf]:

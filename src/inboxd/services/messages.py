@@ -11,6 +11,7 @@ from functools import partial
 import msgspec
 
 from inboxd.errors import Gone, InvalidRequest, NotFound
+from inboxd.mail import html_view
 from inboxd.mail.parse import ParsedMessage, parse_message
 from inboxd.model import Attachment, AttachmentContent, Mailbox, MessageDetail, MessageSummary
 from inboxd.services.rawcodec import decompress
@@ -97,6 +98,18 @@ class MessageService:
         return AttachmentContent(
             filename=part.filename, content_type=part.declared_type or part.content_type, data=part.data
         )
+
+    async def html_view(self, mailbox: Mailbox, message_id: str, *, allow_remote: bool) -> html_view.SafeHtml:
+        """The HTML body made inert for the browser, its `cid:` images taken from its own parts."""
+        summary = await self._live(mailbox, message_id)
+        raw = await self._raw(summary)
+
+        def build() -> html_view.SafeHtml:
+            parsed = parse_message(raw)
+            inline = {a.content_id: (a.content_type, a.data) for a in parsed.attachments if a.content_id}
+            return html_view.render(parsed.html_body, inline, allow_remote=allow_remote)
+
+        return await asyncio.to_thread(build)
 
     async def mark_read(self, mailbox: Mailbox, message_id: str) -> None:
         await self._live(mailbox, message_id)

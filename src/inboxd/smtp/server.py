@@ -36,6 +36,7 @@ from inboxd.config import Settings
 from inboxd.errors import InboxdError
 from inboxd.services.ingest import IngestService, Recipient
 from inboxd.smtp import replies as R
+from inboxd.tasks import TaskSet
 
 log = logging.getLogger("inboxd.smtp")
 
@@ -129,6 +130,8 @@ class SmtpServer:
         self.sessions: set[_Session] = set()
         self.closing = False
         self._server: asyncio.Server | None = None
+        # The sessions' deliveries, recipient checks and TLS upgrades, referenced until they end.
+        self.tasks = TaskSet()
 
     async def start(self, sock: socket.socket | None = None) -> None:
         loop = asyncio.get_running_loop()
@@ -164,6 +167,7 @@ class SmtpServer:
             await asyncio.sleep(0.01)
         for session in list(self.sessions):
             session.close(R.SHUTTING_DOWN)
+        await self.tasks.cancel()
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
@@ -284,7 +288,7 @@ class _Session(asyncio.Protocol):
         self.scan = 0
         self.busy = True
         self.delivering = True
-        asyncio.get_running_loop().create_task(self._deliver(body))
+        self.server.tasks.spawn(self._deliver(body))
         return True
 
     # Commands -------------------------------------------------------------------------------
@@ -394,7 +398,7 @@ class _Session(asyncio.Protocol):
             self.reply(R.TOO_MANY_RECIPIENTS)
             return
         self.busy = True
-        asyncio.get_running_loop().create_task(self._resolve(address))
+        self.server.tasks.spawn(self._resolve(address))
 
     async def _resolve(self, address: str) -> None:
         try:
@@ -493,7 +497,7 @@ class _Session(asyncio.Protocol):
         self.buf.clear()
         self.reply(R.READY_TLS)
         self.busy = True
-        asyncio.get_running_loop().create_task(self._upgrade(context))
+        self.server.tasks.spawn(self._upgrade(context))
 
     async def _upgrade(self, context: ssl.SSLContext) -> None:
         assert self.transport is not None

@@ -1,0 +1,116 @@
+"""A message's HTML body made inert for the browser: pure, no I/O.
+
+Two layers, so that a gap in one is closed by the other:
+- the markup is cleaned with nh3 (the Rust `ammonia` sanitizer): scripts, event handlers, forms,
+  `<meta>`, `<base>`, frames and `javascript:` URLs are dropped; links open in a new tab with
+  `rel="noopener noreferrer"`; `cid:` images become `data:` URLs of the message's own parts; remote
+  images are dropped unless the reader asked for remote content;
+- the answer carries `content_security_policy(...)`, a CSP that sandboxes the document (no scripts, an
+  opaque origin) and allows no network fetch at all unless remote content is asked for, so a remote URL
+  hidden in CSS (`background:url(...)`, `@import`) loads nothing either.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+import nh3
+
+# Email HTML is table layout with presentational attributes; all of it is harmless once scripts,
+# forms and network fetches are gone.
+_TAGS = frozenset(nh3.ALLOWED_TAGS) | {"style", "font", "center", "u", "s", "strike", "big", "small", "tt"}
+_GLOBAL_ATTRIBUTES = frozenset(
+    {
+        "style", "class", "id", "align", "valign", "width", "height", "bgcolor", "color", "dir", "lang",
+        "title", "border", "cellpadding", "cellspacing", "colspan", "rowspan", "face", "size", "role",
+    }
+)  # fmt: skip
+_ATTRIBUTES = {
+    "*": set(_GLOBAL_ATTRIBUTES),
+    "a": {"href", "name"},
+    "img": {"src", "alt"},
+}
+_URL_SCHEMES = frozenset({"http", "https", "mailto", "tel", "cid", "data"})
+# `cid:` parts inlined as data: URLs, in all: a newsletter's images are a few hundred KB.
+MAX_INLINE_BYTES = 8 * 1024 * 1024
+# Markup beyond this is not shown (the page links the full source): Gmail clips at 102 KB, and a
+# 25 MB body would cost the sanitizer and the browser seconds.
+MAX_HTML_CHARS = 2 * 1024 * 1024
+_REMOTE = re.compile(r"^\s*(?:https?:)?//", re.IGNORECASE)
+_LINK = re.compile(r"^\s*(?:https?:|mailto:|tel:|#)", re.IGNORECASE)
+_DATA_IMAGE = re.compile(r"^\s*data:image/(?:png|gif|jpe?g|webp|bmp);", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class SafeHtml:
+    document: str
+    remote_blocked: int  # remote images dropped because remote content was not asked for
+    truncated: bool  # the body was longer than MAX_HTML_CHARS and only its start is shown
+
+
+def content_security_policy(*, allow_remote: bool) -> str:
+    """The CSP served with `render(...)`'s document: sandboxed, no scripts, no fetches unless allowed."""
+    remote = " https: http:" if allow_remote else ""
+    return (
+        "sandbox allow-popups allow-popups-to-escape-sandbox; default-src 'none'; "
+        f"img-src data:{remote}; style-src 'unsafe-inline'{remote}; font-src data:{remote}; "
+        "form-action 'none'; base-uri 'none'; frame-ancestors 'self'"
+    )
+
+
+def render(
+    html_body: str,
+    inline_parts: Mapping[str, tuple[str, bytes]],
+    *,
+    allow_remote: bool,
+) -> SafeHtml:
+    """Clean `html_body`; `inline_parts` maps a Content-ID to its (content type, bytes)."""
+    blocked = 0
+    budget = MAX_INLINE_BYTES
+
+    def keep(tag: str, attribute: str, value: str) -> str | None:
+        nonlocal blocked, budget
+        if attribute == "href":
+            # Links leave for the web or a mail program; a data: or cid: page would open in our origin's tab.
+            return value if _LINK.match(value) else None
+        if tag != "img" or attribute != "src":
+            return value
+        if value[:4].lower() == "cid:":
+            part = inline_parts.get(_unquote_cid(value[4:]))
+            if part is None or not part[0].startswith("image/") or len(part[1]) > budget:
+                return None
+            budget -= len(part[1])
+            return f"data:{part[0]};base64,{base64.b64encode(part[1]).decode()}"
+        if _REMOTE.match(value):
+            if allow_remote:
+                return value
+            blocked += 1
+            return None
+        return value if _DATA_IMAGE.match(value) else None
+
+    truncated = len(html_body) > MAX_HTML_CHARS
+    cleaned = nh3.clean(
+        html_body[:MAX_HTML_CHARS],
+        tags=set(_TAGS),
+        clean_content_tags={"script", "title"},
+        attributes=_ATTRIBUTES,
+        attribute_filter=keep,
+        url_schemes=set(_URL_SCHEMES),
+        link_rel="noopener noreferrer",
+        set_tag_attribute_values={"a": {"target": "_blank"}},
+        strip_comments=True,
+    )
+    document = (
+        '<!doctype html><html><head><meta charset="utf-8">'
+        '<meta name="referrer" content="no-referrer"></head>'
+        f"<body>{cleaned}</body></html>"
+    )
+    return SafeHtml(document=document, remote_blocked=blocked, truncated=truncated)
+
+
+def _unquote_cid(value: str) -> str:
+    return unquote(value).strip().strip("<>")

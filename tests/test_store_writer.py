@@ -1,0 +1,204 @@
+"""The group-commit writer, on which durability rests, on SQLite and PostgreSQL.
+
+Several callers' units of work share one transaction, each in its own SAVEPOINT, and each caller
+hears back only after the COMMIT. These tests hold the writer on a first unit so that the units
+under test queue up behind it and are run as one batch, then check:
+- a unit that fails is rolled back alone, the others of its batch commit;
+- a COMMIT that fails (a deferred foreign key, checked only then) fails every caller of the batch;
+- nobody is told "done" for data that a fresh connection cannot see;
+- a closed store answers a storage error at once rather than leaving the caller waiting forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from inboxd.errors import StorageError
+from inboxd.store.db import Database, PostgresDatabase, SqliteDatabase, Tx
+from tests.conftest import PG_URL
+
+TABLES = (
+    "CREATE TABLE t (v TEXT PRIMARY KEY)",
+    "CREATE TABLE parent (id TEXT PRIMARY KEY)",
+    "CREATE TABLE child (id TEXT PRIMARY KEY, "
+    "parent_id TEXT NOT NULL REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)",
+)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+    if request.param == "sqlite":
+        path = tmp_path / "writer.sqlite3"
+        with sqlite3.connect(path) as setup:
+            for statement in TABLES:
+                setup.execute(statement)
+        sqlite_db = SqliteDatabase(str(path))
+        yield sqlite_db
+        await sqlite_db.close()
+        return
+    schema = f"w_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'SET search_path TO "{schema}"')
+        for statement in TABLES:
+            conn.execute(statement)
+    pg_db = await PostgresDatabase.connect(PG_URL, schema=schema, size=4)
+    try:
+        yield pg_db
+    finally:
+        await pg_db.close()
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def insert(
+    value: str, *, then: Callable[[Tx], Coroutine[Any, Any, Any]] | None = None
+) -> Callable[[Tx], Coroutine[Any, Any, Any]]:
+    async def work(tx: Tx) -> Any:
+        await tx.execute("INSERT INTO t (v) VALUES (?)", value)
+        return None if then is None else await then(tx)
+
+    return work
+
+
+async def visible(tx: Tx) -> list[str]:
+    return sorted(str(r[0]) for r in await tx.fetch("SELECT v FROM t"))
+
+
+async def fail(tx: Tx) -> None:
+    raise ValueError("this unit fails")
+
+
+async def txid(tx: Tx) -> int | None:
+    """PostgreSQL's transaction id (so a test can see that units shared one); None on SQLite."""
+    if tx.dialect != "postgresql":
+        return None
+    return int(await tx.fetchval("SELECT txid_current()"))
+
+
+async def committed_values(db: Database) -> list[str]:
+    return await db.read(visible)
+
+
+class HeldWriter:
+    """Holds the writer busy on a first unit until released, so what is queued meanwhile is run
+    afterwards as one batch. On SQLite the unit waits in the writer thread; on PostgreSQL it
+    sleeps in the database (a unit may await only its `Tx`)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> HeldWriter:
+        async def hold(tx: Tx) -> None:
+            self.started.set()
+            if tx.dialect == "sqlite":
+                self.release.wait(10)
+            else:
+                while not self.release.is_set():
+                    await tx.execute("SELECT pg_sleep(0.02)")
+
+        self.task = asyncio.get_running_loop().create_task(self.db.write(hold))
+        for _ in range(1000):
+            if self.started.is_set():
+                return self
+            await asyncio.sleep(0.01)
+        raise AssertionError("the writer never started the holding unit")
+
+    async def queue(self, *works: Callable[[Tx], Coroutine[Any, Any, Any]]) -> list[asyncio.Task[Any]]:
+        tasks = [asyncio.get_running_loop().create_task(self.db.write(w)) for w in works]
+        await asyncio.sleep(0.05)  # every task has run up to its queued write
+        return tasks
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release.set()
+        assert self.task is not None
+        await self.task
+
+
+async def test_a_failing_unit_rolls_back_alone(db: Database) -> None:
+    async with HeldWriter(db) as held:
+        first, failing, last = await held.queue(insert("a", then=txid), insert("b", then=fail), insert("c", then=txid))
+    results = await asyncio.gather(first, failing, last, return_exceptions=True)
+    assert isinstance(results[1], ValueError)
+    assert results[0] == results[2]  # PostgreSQL: one transaction for the batch (None on SQLite)
+    assert await committed_values(db) == ["a", "c"]
+
+
+async def test_a_unit_sees_the_earlier_units_of_its_batch_but_not_a_failed_one(db: Database) -> None:
+    async with HeldWriter(db) as held:
+        tasks = await held.queue(insert("a"), insert("b", then=fail), insert("c", then=visible))
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert results[2] == ["a", "c"]
+
+
+async def orphan(tx: Tx) -> None:
+    # Passes its own SAVEPOINT: the deferred foreign key is checked only at COMMIT.
+    await tx.execute("INSERT INTO child (id, parent_id) VALUES (?, ?)", "orphan", "missing")
+
+
+async def test_a_failed_commit_fails_every_caller_of_the_batch(db: Database) -> None:
+    async with HeldWriter(db) as held:
+        tasks = await held.queue(insert("a"), orphan, insert("c"))
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, StorageError) for r in results), results
+    assert await committed_values(db) == []
+    assert await db.read(lambda tx: tx.fetchval("SELECT count(*) FROM child")) == 0
+    # The writer goes on: the next batch commits.
+    await db.write(insert("after"))
+    assert await committed_values(db) == ["after"]
+
+
+async def test_nobody_hears_done_before_a_fresh_connection_sees_the_data(db: Database) -> None:
+    async def one(n: int) -> bool:
+        value = f"v{n:04d}"
+        await db.write(insert(value))
+        # The read runs on another connection than the writer's: it sees only what is committed.
+        found = await db.read(lambda tx: tx.fetchval("SELECT v FROM t WHERE v = ?", value))
+        return bool(found == value)
+
+    assert all(await asyncio.gather(*(one(n) for n in range(300))))
+    assert len(await committed_values(db)) == 300
+
+
+async def test_a_closed_store_raises_instead_of_hanging(db: Database) -> None:
+    await db.write(insert("before"))
+    await db.close()
+    with pytest.raises(StorageError):
+        await asyncio.wait_for(db.write(insert("after")), 5)
+    with pytest.raises(StorageError):
+        await asyncio.wait_for(db.read(visible), 5)
+    await db.close()  # closing twice is harmless (the fixture closes again)
+
+
+async def test_writes_racing_close_all_get_an_answer(tmp_path: Path) -> None:
+    """Writes queued around the moment of close either commit or fail; none waits forever."""
+    path = tmp_path / "race.sqlite3"
+    with sqlite3.connect(path) as setup:
+        setup.execute(TABLES[0])
+    sqlite_db = SqliteDatabase(str(path))
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(sqlite_db.write(insert(f"v{n}"))) for n in range(100)]
+    closing = loop.create_task(sqlite_db.close())
+    for n in range(100, 200):  # some queue before the close mark, some after it
+        tasks.append(loop.create_task(sqlite_db.write(insert(f"v{n}"))))
+        await asyncio.sleep(0)
+    await closing
+    done, pending = await asyncio.wait(tasks, timeout=10)
+    assert not pending
+    outcomes = [t.exception() for t in done]
+    assert all(o is None or isinstance(o, StorageError) for o in outcomes)
+    with sqlite3.connect(path) as check:
+        stored = check.execute("SELECT count(*) FROM t").fetchone()[0]
+    assert stored == sum(1 for o in outcomes if o is None)
