@@ -8,36 +8,59 @@ from starlette.routing import Route
 
 from inboxd.api import schemas
 from inboxd.api.http import Call, endpoint, json_response, no_content, read_json
+from inboxd.api.openapi import describe
 
 
+@describe(
+    "Create a mailbox",
+    tag="mailboxes",
+    body=schemas.CreateMailbox,
+    response=schemas.MailboxCreated,
+    status=201,
+    errors=(409,),
+    codes=("invalid_address", "invalid_domain", "password_too_short", "account_limit_reached", "address_taken"),
+)
 @endpoint(creates_mailbox=True)
 async def create_mailbox(request: Request, call: Call) -> Response:
     body = await read_json(request, schemas.CreateMailbox)
     created = await call.services.mailboxes.create(
         call.principal, body.address, password=body.password, auth_key=body.auth_key
     )
-    return json_response({"id": created.mailbox.id, "address": created.mailbox.address, "token": created.token}, 201)
+    return json_response(
+        schemas.MailboxCreated(id=created.mailbox.id, address=created.mailbox.address, token=created.token), 201
+    )
 
 
+@describe("Get a mailbox", tag="mailboxes", response=schemas.MailboxOut, errors=(404,))
 @endpoint(mailbox_token=True)
 async def get_mailbox(request: Request, call: Call) -> Response:
     found = await call.services.mailboxes.find(call.principal, request.path_params["mailbox"])
     return json_response(schemas.mailbox(found))
 
 
+@describe("Delete a mailbox and all its messages", tag="mailboxes", status=204, errors=(404,))
 @endpoint()
 async def delete_mailbox(request: Request, call: Call) -> Response:
     await call.services.mailboxes.delete(call.principal, request.path_params["mailbox"])
     return no_content()
 
 
+@describe(
+    "Reset a mailbox's password",
+    tag="mailboxes",
+    description="Every mailbox token issued before stops working, open WebSockets included.",
+    body=schemas.MailboxSecret,
+    response=schemas.PasswordReset,
+    errors=(404,),
+    codes=("password_too_short",),
+)
 @endpoint()
 async def reset_password(request: Request, call: Call) -> Response:
     body = await read_json(request, schemas.MailboxSecret)
     await call.services.mailboxes.reset_password(
         call.principal, request.path_params["mailbox"], password=body.password, auth_key=body.auth_key
     )
-    return json_response({"message": "password_reset"})
+    return json_response(schemas.PasswordReset(message="password_reset"))
 
 
 routes = [

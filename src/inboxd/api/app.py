@@ -5,17 +5,32 @@ from __future__ import annotations
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
-from inboxd.api import accounts, messages, public, sandbox, user, webhooks, ws
+from inboxd.api import accounts, docs, messages, public, sandbox, user, webhooks, ws
 from inboxd.api.errors import AnswerUnexpected, on_http_error, on_inboxd_error
 from inboxd.errors import InboxdError
 from inboxd.services.registry import Services
 
 
+def api_routes() -> list[BaseRoute]:
+    """Every HTTP route; the OpenAPI document describes the ones under /api and the operational ones."""
+    return [
+        *public.routes,
+        *messages.routes,
+        *accounts.routes,
+        *user.routes,
+        *sandbox.routes,
+        *webhooks.routes,
+        *docs.routes,
+    ]
+
+
 def build_asgi(services: Services) -> ASGIApp:
+    routes = api_routes()
     app = Starlette(
-        routes=[*public.routes, *messages.routes, *accounts.routes, *user.routes, *sandbox.routes, *webhooks.routes],
+        routes=routes,
         middleware=[Middleware(AnswerUnexpected)],
         exception_handlers={InboxdError: on_inboxd_error, HTTPException: on_http_error},
     )
@@ -23,4 +38,5 @@ def build_asgi(services: Services) -> ASGIApp:
     # that drops the body of a POST for clients that do not follow it.
     app.router.redirect_slashes = False
     app.state.services = services
+    app.state.openapi = docs.openapi_bytes(routes, base_url=services.settings.base_url)
     return ws.with_websocket(app, services)

@@ -90,7 +90,12 @@ def endpoint(
             return response
 
         run.__name__ = handler.__name__
+        run.__qualname__ = handler.__qualname__
+        run.__module__ = handler.__module__
         run.__doc__ = handler.__doc__
+        # What the OpenAPI document needs: the handler's `@describe` and who may call it.
+        run.__dict__.update(handler.__dict__)
+        run.__dict__["access"] = "pro" if pro else "mailbox_token" if mailbox_token else "token"
         return run
 
     return wrap

@@ -10,6 +10,7 @@ from starlette.routing import Route
 
 from inboxd.api import schemas
 from inboxd.api.http import Call, endpoint, int_query, json_response, no_content, read_json
+from inboxd.api.openapi import Query, describe
 from inboxd.model import Mailbox
 
 
@@ -17,19 +18,43 @@ async def _mailbox(request: Request, call: Call) -> Mailbox:
     return await call.services.mailboxes.find(call.principal, request.path_params["mailbox"])
 
 
+@describe(
+    "List messages",
+    tag="messages",
+    response=schemas.MessagePage,
+    query=(
+        Query("page", int, "Page number, 30 messages a page, newest first; fewer than 30 means the last.", minimum=1),
+    ),
+    errors=(404,),
+)
 @endpoint(mailbox_token=True)
 async def list_messages(request: Request, call: Call) -> Response:
     page = int_query(request, "page", 1)
     items = await call.services.messages.page(await _mailbox(request, call), page)
-    return json_response({"messages": [schemas.message_item(m) for m in items], "page": page})
+    return json_response(schemas.MessagePage(messages=[schemas.message_item(m) for m in items], page=page))
 
 
+@describe(
+    "Get a message",
+    tag="messages",
+    description="Decoded bodies and the attachment list; reading does not mark the message read.",
+    response=schemas.MessageDetailOut,
+    errors=(404, 410),
+)
 @endpoint(mailbox_token=True)
 async def get_message(request: Request, call: Call) -> Response:
     detail = await call.services.messages.detail(await _mailbox(request, call), request.path_params["id"])
     return json_response(schemas.message_detail(detail))
 
 
+@describe(
+    "Download the raw message",
+    tag="messages",
+    description="The exact bytes received, with one `Received:` header in front, as `message.eml`.",
+    media_type="message/rfc822",
+    errors=(404, 410),
+    headers={"Content-Disposition": '`attachment; filename="message.eml"`'},
+)
 @endpoint(mailbox_token=True)
 async def get_source(request: Request, call: Call) -> Response:
     raw = await call.services.messages.source(await _mailbox(request, call), request.path_params["id"])
@@ -40,6 +65,15 @@ async def get_source(request: Request, call: Call) -> Response:
     )
 
 
+@describe(
+    "Download an attachment",
+    tag="messages",
+    description="The part's own Content-Type and filename (RFC 6266 `filename*` when not ASCII).",
+    media_type="application/octet-stream",
+    errors=(400, 404, 410),
+    codes=("invalid_index",),
+    headers={"Content-Disposition": "`attachment` with the part's filename"},
+)
 @endpoint(mailbox_token=True)
 async def get_attachment(request: Request, call: Call) -> Response:
     part = await call.services.messages.attachment(
@@ -66,19 +100,30 @@ def content_disposition(filename: str) -> str:
     return value
 
 
+@describe("Mark a message read", tag="messages", status=204, errors=(404, 410))
 @endpoint(mailbox_token=True)
 async def mark_read(request: Request, call: Call) -> Response:
     await call.services.messages.mark_read(await _mailbox(request, call), request.path_params["id"])
     return no_content()
 
 
+@describe(
+    "Mark many messages read",
+    tag="messages",
+    description="`ids` (1 to 200; ids that are not the caller's are ignored) or `all: true`; "
+    "`updated` counts the messages that went from unread to read.",
+    body=schemas.MarkRead,
+    response=schemas.Updated,
+    errors=(404,),
+)
 @endpoint(mailbox_token=True)
 async def mark_many_read(request: Request, call: Call) -> Response:
     body = await read_json(request, schemas.MarkRead)
     updated = await call.services.messages.mark_many_read(await _mailbox(request, call), ids=body.ids, all_=body.all)
-    return json_response({"updated": updated})
+    return json_response(schemas.Updated(updated=updated))
 
 
+@describe("Delete a message", tag="messages", status=204, errors=(404,))
 @endpoint(mailbox_token=True)
 async def delete_message(request: Request, call: Call) -> Response:
     await call.services.messages.delete(await _mailbox(request, call), request.path_params["id"])

@@ -8,6 +8,7 @@ from starlette.routing import Route
 
 from inboxd.api import schemas
 from inboxd.api.http import json_response, read_json, services_of
+from inboxd.api.openapi import describe
 from inboxd.errors import Unauthorized
 
 
@@ -16,12 +17,30 @@ def client_ip(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
+@describe(
+    "List the public domains",
+    tag="public",
+    description="The domains mailboxes can be created on; limited per client IP.",
+    response=schemas.PublicDomains,
+    errors=(429,),
+)
 async def list_domains(request: Request) -> Response:
     services = services_of(request)
     await services.admission.admit_public(client=client_ip(request))
-    return json_response({"domains": [schemas.public_domain(d) for d in services.mailboxes.public_domains()]})
+    domains = [schemas.public_domain(d) for d in services.mailboxes.public_domains()]
+    return json_response(schemas.PublicDomains(domains=domains))
 
 
+@describe(
+    "Sign in to a mailbox",
+    tag="public",
+    description="A mailbox token for the WebSocket and the mailbox's REST paths. "
+    "10 failed tries per address and per client IP in 10 minutes.",
+    body=schemas.SignIn,
+    response=schemas.SignedIn,
+    errors=(401, 429),
+    extension=True,
+)
 async def sign_in(request: Request) -> Response:
     services = services_of(request)
     body = await read_json(request, schemas.SignIn)
@@ -34,11 +53,18 @@ async def sign_in(request: Request) -> Response:
             await admission.sign_in_failed(body.address, client=client)
         raise
     await admission.sign_in_succeeded(body.address, client=client)
-    return json_response({"token": token, "id": mailbox.id, "address": mailbox.address})
+    return json_response(schemas.SignedIn(token=token, id=mailbox.id, address=mailbox.address))
 
 
+@describe(
+    "Health",
+    tag="operations",
+    description="200 once both SMTP and HTTP accept connections.",
+    response=schemas.Status,
+    extension=True,
+)
 async def healthz(request: Request) -> Response:
-    return json_response({"status": "ok"})
+    return json_response(schemas.Status(status="ok"))
 
 
 routes = [

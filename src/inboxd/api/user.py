@@ -12,10 +12,12 @@ from starlette.routing import Route
 
 from inboxd.api import schemas
 from inboxd.api.http import Call, endpoint, int_query, json_response, no_content, read_json
+from inboxd.api.openapi import Query, describe
 
 pro = endpoint(pro=True)
 
 
+@describe("Get the Pro profile", tag="pro", response=schemas.ProfileOut)
 @pro
 async def get_profile(request: Request, call: Call) -> Response:
     user = call.principal.user
@@ -23,85 +25,133 @@ async def get_profile(request: Request, call: Call) -> Response:
     return json_response(schemas.profile(found))
 
 
+@describe(
+    "List all the user's mailboxes",
+    tag="pro",
+    description="Pages of at most 1,000, newest first.",
+    response=schemas.MailboxPage,
+    query=(Query("cursor", str, "`next_cursor` of the previous page.", extension=True),),
+)
 @pro
 async def list_accounts(request: Request, call: Call) -> Response:
     cursor = request.query_params.get("cursor", "")
     page, next_cursor = await call.services.mailboxes.page_for_user(
         call.principal.user, cursor, limit=call.services.settings.user_accounts_page_size
     )
-    return json_response({"accounts": [schemas.mailbox_listed(m) for m in page], "next_cursor": next_cursor})
+    return json_response(
+        schemas.MailboxPage(accounts=[schemas.mailbox_listed(m) for m in page], next_cursor=next_cursor)
+    )
 
 
+@describe(
+    "List a mailbox's messages (any of the user's)",
+    tag="pro",
+    response=schemas.MessagePage,
+    query=(Query("page", int, "Page number, 30 messages a page.", minimum=1),),
+    errors=(404,),
+)
 @pro
 async def list_account_messages(request: Request, call: Call) -> Response:
     page = int_query(request, "page", 1)
     mailbox = await call.services.mailboxes.find(call.principal, request.path_params["id"], scope="user")
     items = await call.services.messages.page(mailbox, page)
-    return json_response({"messages": [schemas.message_item(m) for m in items], "page": page})
+    return json_response(schemas.MessagePage(messages=[schemas.message_item(m) for m in items], page=page))
 
 
+@describe("Delete any of the user's mailboxes", tag="pro", status=204, errors=(404,))
 @pro
 async def delete_account(request: Request, call: Call) -> Response:
     await call.services.mailboxes.delete(call.principal, request.path_params["id"], scope="user")
     return no_content()
 
 
+@describe(
+    "Reset the password of any of the user's mailboxes",
+    tag="pro",
+    body=schemas.MailboxSecret,
+    response=schemas.PasswordReset,
+    errors=(404,),
+    codes=("password_too_short",),
+)
 @pro
 async def reset_account_password(request: Request, call: Call) -> Response:
     body = await read_json(request, schemas.MailboxSecret)
     await call.services.mailboxes.reset_password(
         call.principal, request.path_params["id"], password=body.password, auth_key=body.auth_key, scope="user"
     )
-    return json_response({"message": "password_reset"})
+    return json_response(schemas.PasswordReset(message="password_reset"))
 
 
+@describe("List custom domains", tag="domains", response=schemas.CustomDomains)
 @pro
 async def list_domains(request: Request, call: Call) -> Response:
     domains = await call.services.domains.list(call.principal.user)
-    return json_response({"domains": [schemas.custom_domain(d) for d in domains]})
+    return json_response(schemas.CustomDomains(domains=[schemas.custom_domain(d) for d in domains]))
 
 
+@describe(
+    "Add a custom domain",
+    tag="domains",
+    description="Answers the TXT record (`_inboxd.<domain>`, `inboxd-verify=<token>`) and the MX record to publish.",
+    body=schemas.AddDomain,
+    response=schemas.DomainAdded,
+    status=201,
+    errors=(409,),
+    codes=("invalid_domain", "domain_limit_reached", "domain_already_exists"),
+)
 @pro
 async def add_domain(request: Request, call: Call) -> Response:
     body = await read_json(request, schemas.AddDomain)
     domain = await call.services.domains.add(call.principal.user, body.domain)
     records = call.services.domains.records(domain)
     return json_response(
-        {
-            "id": domain.id,
-            "domain": domain.domain,
-            "verify_token": domain.verify_token,
-            "dns_records": [schemas.dns_record(r, with_ok=False) for r in records],
-        },
+        schemas.DomainAdded(
+            id=domain.id,
+            domain=domain.domain,
+            verify_token=domain.verify_token,
+            dns_records=[schemas.dns_record(r) for r in records],
+        ),
         201,
     )
 
 
+@describe(
+    "Verify a custom domain",
+    tag="domains",
+    description="Looks the TXT and MX records up; while pending, `dns_records` lists the missing ones.",
+    response=schemas.VerificationOut,
+    errors=(404, 410),
+    codes=("domain_expired",),
+)
 @pro
 async def verify_domain(request: Request, call: Call) -> Response:
     result = await call.services.domains.verify(call.principal.user, request.path_params["id"])
     return json_response(schemas.verification(result))
 
 
+@describe("Delete a custom domain", tag="domains", status=204, errors=(404,))
 @pro
 async def delete_domain(request: Request, call: Call) -> Response:
     await call.services.domains.delete(call.principal.user, request.path_params["id"])
     return no_content()
 
 
+@describe("List API tokens", tag="tokens", response=schemas.ApiTokens)
 @pro
 async def list_tokens(request: Request, call: Call) -> Response:
     tokens = await call.services.users.list_tokens(call.principal.user)
-    return json_response({"tokens": [schemas.api_token(t) for t in tokens]})
+    return json_response(schemas.ApiTokens(tokens=[schemas.api_token(t) for t in tokens]))
 
 
+@describe("Create an API token", tag="tokens", body=schemas.CreateToken, response=schemas.TokenCreated, status=201)
 @pro
 async def create_token(request: Request, call: Call) -> Response:
     body = await read_json(request, schemas.CreateToken)
     created = await call.services.users.create_token(call.principal.user, body.name)
-    return json_response({"id": created.token.id, "name": created.token.name, "token": created.value}, 201)
+    return json_response(schemas.TokenCreated(id=created.token.id, name=created.token.name, token=created.value), 201)
 
 
+@describe("Revoke an API token", tag="tokens", status=204, errors=(404,))
 @pro
 async def revoke_token(request: Request, call: Call) -> Response:
     await call.services.users.revoke_token(call.principal.user, request.path_params["id"])
