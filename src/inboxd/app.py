@@ -39,12 +39,14 @@ from inboxd.services.profile import ProfileService
 from inboxd.services.registry import Services
 from inboxd.services.sandbox import SandboxService
 from inboxd.services.users import UserService
+from inboxd.services.waits import WaitService
 from inboxd.services.webhooks import WebhookService
 from inboxd.smtp.server import SmtpServer
 from inboxd.smtp.submission import Submission
 from inboxd.store import migrate
 from inboxd.store import users as user_store
 from inboxd.store.db import Database, PostgresDatabase, SqliteDatabase
+from inboxd.worker.indexer import SearchIndexer
 from inboxd.worker.sender import WebhookSender
 from inboxd.worker.sweeper import Sweeper
 from inboxd.worker.webhooks import WebhookWorker
@@ -94,6 +96,7 @@ class Inboxd:
         self._http_sock: socket.socket | None = None
         self._workers: list[Sweeper] = []
         self._webhook_worker: WebhookWorker | None = None
+        self._indexer: SearchIndexer | None = None
         self._stack = contextlib.AsyncExitStack()
 
     @property
@@ -160,6 +163,10 @@ class Inboxd:
         services.ingest.on_jobs_queued(webhooks.wake)
         webhooks.start()
         stack.push_async_callback(webhooks.stop)
+        self._indexer = indexer = SearchIndexer(db, bus)
+        services.ingest.on_stored(indexer.wake)
+        indexer.start()
+        stack.push_async_callback(indexer.stop)
         tls = self._smtp_tls()
         self._smtp = smtp = SmtpServer(services.ingest, settings=settings, tls=tls)
         await smtp.start(_bind(settings.smtp_host, settings.smtp_port))
@@ -230,6 +237,7 @@ class Inboxd:
             profiles=ProfileService(db, settings=settings),
             webhooks=WebhookService(db, settings=settings, clock=clock),
             sandboxes=SandboxService(db, settings=settings, messages=messages, tokens=mailbox_tokens, clock=clock),
+            waits=WaitService(messages, bus),
         )
 
     def _event_bus(self) -> EventBus:
@@ -297,6 +305,8 @@ class Inboxd:
         await stack.aclose()
 
     async def _stop_http(self) -> None:
+        if self._services is not None:
+            self._services.waits.close()  # open waits answer now instead of holding the shutdown
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             with contextlib.suppress(Exception):

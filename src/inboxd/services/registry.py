@@ -16,6 +16,7 @@ from inboxd.services.messages import MessageService
 from inboxd.services.profile import ProfileService
 from inboxd.services.sandbox import SandboxService
 from inboxd.services.users import UserService
+from inboxd.services.waits import WaitService
 from inboxd.services.webhooks import WebhookService
 
 
@@ -34,3 +35,4 @@ class Services:
     profiles: ProfileService
     webhooks: WebhookService
     sandboxes: SandboxService
+    waits: WaitService

@@ -6,6 +6,7 @@ import msgspec
 
 from inboxd.model import Mailbox, Sandbox, SandboxMessage
 from inboxd.store import mailboxes as mailbox_store
+from inboxd.store import search
 from inboxd.store.db import Row, Tx
 from inboxd.store.messages import COLUMNS as MESSAGE_COLUMNS
 from inboxd.store.messages import PAGE_SIZE, summary_from
@@ -89,6 +90,7 @@ async def delete_all(tx: Tx, mailbox_id: str) -> int:
     await tx.executemany("UPDATE messages SET deleted = 1 WHERE id = ?", ids)
     await tx.executemany("DELETE FROM message_sources WHERE message_id = ?", ids)
     await tx.executemany("DELETE FROM message_details WHERE message_id = ?", ids)
+    await search.forget(tx, [r["id"] for r in rows])
     if freed:
         await tx.execute("UPDATE mailboxes SET used = used - ? WHERE id = ?", freed, mailbox_id)
     return sum(1 for r in rows if not r["expired"])
