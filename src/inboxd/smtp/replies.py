@@ -22,6 +22,8 @@ IDLE_TIMEOUT = "421 4.4.2 Idle timeout, closing connection"
 TOO_MANY_ERRORS = "421 4.7.0 Too many errors, closing connection"
 AUTH_TOO_MANY = "421 4.7.0 Too many failed authentications, closing connection"
 SANDBOX_UNAVAILABLE = "451 4.3.0 No sandbox to capture into, try again later"
+TOO_MANY_SESSIONS = "421 4.7.0 Too many connections, try again later"
+TOO_MANY_FROM_IP = "421 4.7.0 Too many connections from your address, try again later"
 TEMP_FAILURE = "451 4.3.0 Temporary storage failure, try again later"
 TOO_MANY_RECIPIENTS = "452 4.5.3 Too many recipients"
 

@@ -114,10 +114,14 @@ class _SubmissionSession:
             raise MessageRejected(code="mailbox_full")
         return target
 
-    async def deliver(
+    def deliver(
         self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes
-    ) -> None:
-        await self.listener.ingest.deliver(sender=sender, recipients=recipients, raw=raw, envelope=envelope)
+    ) -> Awaitable[object]:
+        stored = self.listener.ingest.deliver(sender=sender, recipients=recipients, raw=raw, envelope=envelope)
+        return self._after(stored)
+
+    async def _after(self, stored: Awaitable[object]) -> None:
+        await stored
         # The next message reads the quota afresh.
         self.target = None
         if self.listener.count is not None and self.submitter is not None:
