@@ -128,7 +128,12 @@ class IngestService:
         now = self._clock()
         kept = None if envelope is None else _encode([storable(a) for a in envelope]).decode()
         copies = [self._copy(r, summary, sender=sender, size=size, now=now) for r in recipients]
-        items = [message_store.NewMessage(summary=c, raw_compressed=compressed, envelope=kept) for c in copies]
+        # One row of bytes for the delivery, however many mailboxes it reaches.
+        source_id = str(uuid.uuid4())
+        items = [
+            message_store.NewMessage(summary=c, raw_compressed=compressed, source_id=source_id, envelope=kept)
+            for c in copies
+        ]
         addresses = {r.mailbox.id: r.mailbox.address for r in recipients}
         events = [
             _event(c, addresses[c.mailbox_id], r.mailbox.user_id) for c, r in zip(copies, recipients, strict=True)

@@ -6,6 +6,7 @@ import msgspec
 
 from inboxd.model import Mailbox, Sandbox, SandboxMessage
 from inboxd.store import mailboxes as mailbox_store
+from inboxd.store import messages as message_store
 from inboxd.store import search
 from inboxd.store.db import Row, Tx
 from inboxd.store.messages import COLUMNS as MESSAGE_COLUMNS
@@ -88,7 +89,7 @@ async def delete_all(tx: Tx, mailbox_id: str) -> int:
     ids = [(r["id"],) for r in rows]
     freed = sum(int(r["size"]) for r in rows if not r["expired"])
     await tx.executemany("UPDATE messages SET deleted = 1 WHERE id = ?", ids)
-    await tx.executemany("DELETE FROM message_sources WHERE message_id = ?", ids)
+    await message_store.release_sources(tx, [r["source_id"] for r in rows])
     await tx.executemany("DELETE FROM message_details WHERE message_id = ?", ids)
     await search.forget(tx, [r["id"] for r in rows])
     if freed:

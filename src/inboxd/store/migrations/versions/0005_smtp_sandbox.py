@@ -1,7 +1,7 @@
 """the SMTP sandbox: sandboxes, mailbox kinds, envelope recipients
 
 Revision ID: 0005
-Revises: 0006
+Revises: 0002
 Create Date: 2026-11-23 20:40:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0005"
-down_revision = "0006"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 
