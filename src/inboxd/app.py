@@ -40,11 +40,13 @@ from inboxd.services.registry import Services
 from inboxd.services.sessions import SessionService
 from inboxd.services.signin import SignInService
 from inboxd.services.users import UserService
+from inboxd.services.waits import WaitService
 from inboxd.services.webhooks import WebhookService
 from inboxd.smtp.server import SmtpServer
 from inboxd.store import migrate
 from inboxd.store import users as user_store
 from inboxd.store.db import Database, PostgresDatabase, SqliteDatabase
+from inboxd.worker.indexer import SearchIndexer
 from inboxd.worker.sender import WebhookSender
 from inboxd.worker.sweeper import Sweeper
 from inboxd.worker.webhooks import WebhookWorker
@@ -93,6 +95,7 @@ class Inboxd:
         self._http_sock: socket.socket | None = None
         self._workers: list[Sweeper] = []
         self._webhook_worker: WebhookWorker | None = None
+        self._indexer: SearchIndexer | None = None
         self._stack = contextlib.AsyncExitStack()
 
     @property
@@ -150,6 +153,10 @@ class Inboxd:
         services.ingest.on_jobs_queued(webhooks.wake)
         webhooks.start()
         stack.push_async_callback(webhooks.stop)
+        self._indexer = indexer = SearchIndexer(db, bus)
+        services.ingest.on_stored(indexer.wake)
+        indexer.start()
+        stack.push_async_callback(indexer.stop)
         self._smtp = smtp = SmtpServer(services.ingest, settings=settings, tls=self._smtp_tls())
         await smtp.start(_bind(settings.smtp_host, settings.smtp_port))
         stack.push_async_callback(smtp.stop)
@@ -169,6 +176,7 @@ class Inboxd:
         )
         mailbox_tokens = MailboxTokens(key, ttl=settings.mailbox_token_ttl)
         mailboxes = MailboxService(db, settings=settings, tokens=mailbox_tokens, clock=clock, bus=bus)
+        messages = MessageService(db, clock=clock)
         counters = (
             RedisCounters.from_url(settings.redis_url, prefix=settings.redis_prefix)
             if settings.redis_url
@@ -179,7 +187,7 @@ class Inboxd:
             clock=clock,
             users=UserService(db, clock=clock),
             mailboxes=mailboxes,
-            messages=MessageService(db, clock=clock),
+            messages=messages,
             ingest=IngestService(
                 db, settings=settings, bus=bus, clock=clock, public_domains=mailboxes.is_public_domain
             ),
@@ -196,6 +204,7 @@ class Inboxd:
             webhooks=WebhookService(db, settings=settings, clock=clock),
             sessions=SessionService(db, settings=settings, clock=clock),
             sign_in=SignInService(db, settings=settings, clock=clock),
+            waits=WaitService(messages, bus),
         )
 
     def _event_bus(self) -> EventBus:
@@ -264,6 +273,8 @@ class Inboxd:
         await stack.aclose()
 
     async def _stop_http(self) -> None:
+        if self._services is not None:
+            self._services.waits.close()  # open waits answer now instead of holding the shutdown
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             with contextlib.suppress(Exception):

@@ -7,11 +7,13 @@
     │   └── SignInRefused            403 email_not_verified / sign_up_closed / account_revoked
     ├── NotFound                     404 not_found
     ├── MethodNotAllowed             405 method_not_allowed
+    ├── WaitTimeout                  408 timeout (no matching message within a wait's timeout)
     ├── Conflict                     409 address_taken / domain_already_exists
     ├── Gone                         410 expired / domain_expired
     ├── PayloadTooLarge              413 payload_too_large
     ├── RateLimited                  429 rate_limit_exceeded / ops_quota_exceeded
     ├── ProviderError                502 provider_error: an identity provider down or answering nonsense
+    ├── Unavailable                  503 unavailable (the server is stopping)
     └── StorageError                 500 a fault of the database (SMTP answers 451)
         ├── DuplicateKey             409 a unique key taken (services turn it into their Conflict)
         └── InsufficientStorage      507 insufficient_storage: the disk or database is full (SMTP 451)
@@ -67,6 +69,12 @@ class MethodNotAllowed(InboxdError):
     default_message = "That method is not allowed on this path."
 
 
+class WaitTimeout(InboxdError):
+    status = 408
+    code = "timeout"
+    default_message = "No matching message arrived within the timeout."
+
+
 class Conflict(InboxdError):
     status = 409
     code = "conflict"
@@ -109,6 +117,12 @@ class ProviderError(InboxdError):
     status = 502
     code = "provider_error"
     default_message = "The sign-in provider could not complete the sign-in."
+
+
+class Unavailable(InboxdError):
+    status = 503
+    code = "unavailable"
+    default_message = "The server is stopping; try again."
 
 
 class StorageError(InboxdError):

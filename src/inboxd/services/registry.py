@@ -17,6 +17,7 @@ from inboxd.services.profile import ProfileService
 from inboxd.services.sessions import SessionService
 from inboxd.services.signin import SignInService
 from inboxd.services.users import UserService
+from inboxd.services.waits import WaitService
 from inboxd.services.webhooks import WebhookService
 
 
@@ -36,3 +37,4 @@ class Services:
     webhooks: WebhookService
     sessions: SessionService
     sign_in: SignInService
+    waits: WaitService
