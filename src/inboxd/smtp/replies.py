@@ -18,6 +18,8 @@ HELP = "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA RSET NOOP QUIT VRFY HELP"
 SHUTTING_DOWN = "421 4.3.2 Service shutting down"
 IDLE_TIMEOUT = "421 4.4.2 Idle timeout, closing connection"
 TOO_MANY_ERRORS = "421 4.7.0 Too many errors, closing connection"
+TOO_MANY_SESSIONS = "421 4.7.0 Too many connections, try again later"
+TOO_MANY_FROM_IP = "421 4.7.0 Too many connections from your address, try again later"
 TEMP_FAILURE = "451 4.3.0 Temporary storage failure, try again later"
 TOO_MANY_RECIPIENTS = "452 4.5.3 Too many recipients"
 

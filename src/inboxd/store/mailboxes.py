@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from inboxd.model import Mailbox
 from inboxd.store import search
 from inboxd.store.db import Row, Tx
+from inboxd.store.messages import release_sources
 
 COLUMNS = "id, user_id, token_id, address, domain_id, quota, used, password_gen, created_at"
 
@@ -83,8 +84,10 @@ async def list_for_user(tx: Tx, user_id: str, *, limit: int, before: tuple[float
 
 async def delete(tx: Tx, mailbox_id: str) -> None:
     """Permanent: the mailbox and every message of it, with bodies and parses."""
+    # Copies not yet deleted let go of their sources; a source shared with another mailbox stays.
+    held = await tx.fetch("SELECT source_id FROM messages WHERE mailbox_id = ? AND deleted = 0", mailbox_id)
+    await release_sources(tx, [r["source_id"] for r in held])
     ids = "SELECT id FROM messages WHERE mailbox_id = ?"
-    await tx.execute(f"DELETE FROM message_sources WHERE message_id IN ({ids})", mailbox_id)
     await tx.execute(f"DELETE FROM message_details WHERE message_id IN ({ids})", mailbox_id)
     await search.forget_mailbox(tx, mailbox_id)
     await tx.execute("DELETE FROM messages WHERE mailbox_id = ?", mailbox_id)

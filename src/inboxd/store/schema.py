@@ -74,6 +74,7 @@ mailboxes = sa.Table(
 
 # One row per stored copy; `deleted` is the soft delete, `expired` set by the sweep once the
 # retention passed (the list also filters on `expires_at` so nothing waits for the sweep).
+# `source_id` names the raw bytes, shared by every copy of one delivery.
 messages = sa.Table(
     "messages",
     metadata,
@@ -89,6 +90,7 @@ messages = sa.Table(
     sa.Column("expired", Flag, nullable=False, server_default="0"),
     sa.Column("created_at", Ts, nullable=False),
     sa.Column("expires_at", Ts, nullable=False),
+    sa.Column("source_id", sa.Text, nullable=False),
     # 0 until the background indexer has written its `message_search` row.
     sa.Column("indexed", Flag, nullable=False, server_default="0"),
     sa.Index("ix_messages_list", "mailbox_id", "deleted", "created_at", "id"),
@@ -99,14 +101,25 @@ messages = sa.Table(
         sqlite_where=sa.text("indexed = 0"),
         postgresql_where=sa.text("indexed = 0"),
     ),
+    # The purge finds soft-deleted rows here, not by a scan; partial, so live mail costs it nothing.
+    sa.Index(
+        "ix_messages_deleted",
+        "deleted",
+        "id",
+        sqlite_where=sa.text("deleted = 1"),
+        postgresql_where=sa.text("deleted = 1"),
+    ),
 )
 
-# Raw bytes (zstd) apart from the summary, so a list page never reads a body.
+# Raw bytes (zstd) apart from the summary, so a list page never reads a body; stored once per
+# delivery. `refs` counts the copies that still hold it (rows of `messages` not deleted); the
+# row goes when the last one lets go.
 message_sources = sa.Table(
     "message_sources",
     metadata,
-    sa.Column("message_id", sa.Text, primary_key=True),
+    sa.Column("id", sa.Text, primary_key=True),
     sa.Column("raw", sa.LargeBinary, nullable=False),
+    sa.Column("refs", sa.Integer, nullable=False, server_default="1"),
 )
 
 # The full parse, made on first open and kept (JSON of bodies and attachment table).

@@ -17,7 +17,7 @@ from inboxd.store.db import Database
 from inboxd.tasks import cancel_and_wait
 
 log = logging.getLogger("inboxd.sweeper")
-BATCH = 500
+BATCH = 200
 
 
 class Sweeper:
