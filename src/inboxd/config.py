@@ -116,6 +116,18 @@ class Settings(BaseSettings):
     oidc_name: str = "Single sign-on"
     provider_timeout: float = 10.0
 
+    # The SMTP sandbox (issue 14): the submission listener, its TLS and its credentials. TLS
+    # certificates also make the receiving listener offer STARTTLS; `smtp_tls_*` are older names.
+    submission_host: str = "127.0.0.1"
+    submission_port: int = 2587
+    # Implicit TLS ("submissions", RFC 8314); None: not listening. 0 picks a free port.
+    submissions_port: int | None = None
+    submission_allow_plaintext_auth: bool = False
+    sandbox_anonymous_user: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_handshake_timeout: float = 30.0
+
     max_message_size: int = 26214400
     max_recipients: int = 100
 
@@ -181,6 +193,14 @@ class Settings(BaseSettings):
     @property
     def secure_cookies(self) -> bool:
         return self.base_url.lower().startswith("https://")
+
+    @property
+    def resolved_tls_cert(self) -> str:
+        return self.tls_cert or self.smtp_tls_cert
+
+    @property
+    def resolved_tls_key(self) -> str:
+        return self.tls_key or self.smtp_tls_key
 
     @property
     def resolved_smtp_hostname(self) -> str:

@@ -242,3 +242,21 @@ def iso(ts: float) -> str:
     """
     millis = int(ts * 1000)
     return f"{_iso_second(millis // 1000)}.{millis % 1000:03d}Z"
+
+
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    """A user's SMTP sandbox: the username it authenticates as and the mailbox it captures into."""
+
+    user_id: str
+    username: str
+    mailbox: Mailbox
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxMessage:
+    """A captured message's summary and its envelope recipients (every RCPT, in order)."""
+
+    summary: MessageSummary
+    recipients: tuple[str, ...]

@@ -8,7 +8,7 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
-from inboxd.api import accounts, docs, messages, public, user, webhooks, ws
+from inboxd.api import accounts, docs, messages, public, sandbox, user, webhooks, ws
 from inboxd.api.errors import AnswerUnexpected, on_http_error, on_inboxd_error
 from inboxd.errors import InboxdError
 from inboxd.services.registry import Services
@@ -22,6 +22,7 @@ def api_routes() -> list[BaseRoute]:
         *messages.routes,
         *accounts.routes,
         *user.routes,
+        *sandbox.routes,
         *webhooks.routes,
         *docs.routes,
     ]

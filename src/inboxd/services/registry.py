@@ -14,6 +14,7 @@ from inboxd.services.limits import Admission
 from inboxd.services.mailboxes import MailboxService
 from inboxd.services.messages import MessageService
 from inboxd.services.profile import ProfileService
+from inboxd.services.sandbox import SandboxService
 from inboxd.services.sessions import SessionService
 from inboxd.services.signin import SignInService
 from inboxd.services.users import UserService
@@ -37,4 +38,5 @@ class Services:
     webhooks: WebhookService
     sessions: SessionService
     sign_in: SignInService
+    sandboxes: SandboxService
     waits: WaitService

@@ -68,6 +68,8 @@ mailboxes = sa.Table(
     sa.Column("quota", sa.BigInteger, nullable=False),
     sa.Column("used", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("created_at", Ts, nullable=False),
+    # "mailbox", or "sandbox" for a user's SMTP sandbox (never a recipient of received mail).
+    sa.Column("kind", sa.Text, nullable=False, server_default="mailbox"),
     sa.Index("ix_mailboxes_user", "user_id", "created_at"),
     sa.Index("ix_mailboxes_token", "token_id"),
 )
@@ -91,6 +93,8 @@ messages = sa.Table(
     sa.Column("created_at", Ts, nullable=False),
     sa.Column("expires_at", Ts, nullable=False),
     sa.Column("source_id", sa.Text, nullable=False),
+    # The envelope recipients (a JSON list) of mail captured by the SMTP sandbox; null otherwise.
+    sa.Column("envelope", sa.Text),
     # 0 until the background indexer has written its `message_search` row.
     sa.Column("indexed", Flag, nullable=False, server_default="0"),
     sa.Index("ix_messages_list", "mailbox_id", "deleted", "created_at", "id"),
@@ -128,6 +132,16 @@ message_details = sa.Table(
     metadata,
     sa.Column("message_id", sa.Text, primary_key=True),
     sa.Column("detail", sa.Text, nullable=False),
+)
+
+# One per user, made on first use: the SMTP sandbox's username and the mailbox it captures into.
+sandboxes = sa.Table(
+    "sandboxes",
+    metadata,
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("username", sa.Text, nullable=False, unique=True),
+    sa.Column("mailbox_id", sa.Text, nullable=False, unique=True),
+    sa.Column("created_at", Ts, nullable=False),
 )
 
 # The search index (store/search.py), filled off the SMTP path. `terms` is a tsvector with a GIN

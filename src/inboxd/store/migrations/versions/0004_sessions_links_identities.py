@@ -1,7 +1,7 @@
 """browser sessions, one-time sign-in links, provider identities, API token prefixes
 
 Revision ID: 0004
-Revises: 0002
+Revises: 0005
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0004"
-down_revision = "0002"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
