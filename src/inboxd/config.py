@@ -115,6 +115,7 @@ class Settings(BaseSettings):
     oidc_client_secret: str = ""
     oidc_name: str = "Single sign-on"
     provider_timeout: float = 10.0
+
     # The SMTP sandbox (issue 14): the submission listener, its TLS and its credentials. TLS
     # certificates also make the receiving listener offer STARTTLS; `smtp_tls_*` are older names.
     submission_host: str = "127.0.0.1"
