@@ -38,6 +38,8 @@ from inboxd.services.ops_ledger import OpsLedger
 from inboxd.services.profile import ProfileService
 from inboxd.services.registry import Services
 from inboxd.services.sandbox import SandboxService
+from inboxd.services.sessions import SessionService
+from inboxd.services.signin import SignInService
 from inboxd.services.users import UserService
 from inboxd.services.waits import WaitService
 from inboxd.services.webhooks import WebhookService
@@ -85,6 +87,7 @@ class Inboxd:
         self.settings = settings
         self.clock = clock
         self.bootstrap_token: str | None = None
+        self.bootstrap_link: str | None = None
         self._db: Database | None = None
         self._bus: EventBus | None = None
         self._services: Services | None = None
@@ -236,6 +239,8 @@ class Inboxd:
             ),
             profiles=ProfileService(db, settings=settings),
             webhooks=WebhookService(db, settings=settings, clock=clock),
+            sessions=SessionService(db, settings=settings, clock=clock),
+            sign_in=SignInService(db, settings=settings, clock=clock),
             sandboxes=SandboxService(db, settings=settings, messages=messages, tokens=mailbox_tokens, clock=clock),
             waits=WaitService(messages, bus),
         )
@@ -291,6 +296,7 @@ class Inboxd:
         admin = await users.create_user("admin@localhost", plan="pro", role="admin")
         created = await users.create_token(admin, "bootstrap")
         self.bootstrap_token = created.value
+        self.bootstrap_link = await self.services.sign_in.issue_link(admin)
         path = Path(self.settings.data_dir) / BOOTSTRAP_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -341,6 +347,14 @@ async def serve(settings: Settings) -> None:
             flush=True,
         )
         print(server.bootstrap_token, flush=True)
+    if server.bootstrap_link:
+        minutes = max(1, round(settings.sign_in_link_ttl / 60))
+        print(
+            f"inboxd: one-time dashboard sign-in link for admin@localhost (valid {minutes} minutes; "
+            "`inboxd users sign-in-link --email admin@localhost` prints a new one):",
+            flush=True,
+        )
+        print(server.bootstrap_link, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -12,6 +12,7 @@ from inboxd.api import accounts, docs, messages, public, sandbox, user, webhooks
 from inboxd.api.errors import AnswerUnexpected, on_http_error, on_inboxd_error
 from inboxd.errors import InboxdError
 from inboxd.services.registry import Services
+from inboxd.web import app as web
 
 
 def api_routes() -> list[BaseRoute]:
@@ -30,7 +31,7 @@ def api_routes() -> list[BaseRoute]:
 def build_asgi(services: Services) -> ASGIApp:
     routes = api_routes()
     app = Starlette(
-        routes=routes,
+        routes=[*routes, *web.routes()],
         middleware=[Middleware(AnswerUnexpected)],
         exception_handlers={InboxdError: on_inboxd_error, HTTPException: on_http_error},
     )

@@ -35,6 +35,8 @@ api_tokens = sa.Table(
     sa.Column("created_at", Ts, nullable=False),
     sa.Column("last_used_at", Ts),
     sa.Column("revoked_at", Ts),
+    # The token's first characters, shown in the dashboard so a user can tell tokens apart.
+    sa.Column("prefix", sa.Text),
     sa.Index("ix_api_tokens_user", "user_id", "created_at"),
 )
 
@@ -220,4 +222,47 @@ meta = sa.Table(
     metadata,
     sa.Column("key", sa.Text, primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
+)
+
+# Browser sessions (issue 11). `id` is the SHA-256 of the cookie's random value, so a copy of the
+# table opens nothing. `user_id` is null while a sign-in is under way (the provider's state,
+# nonce and PKCE verifier sit in `data` until the callback); a signed-in session gets a new id.
+sessions = sa.Table(
+    "sessions",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE")),
+    sa.Column("csrf_token", sa.Text, nullable=False),
+    sa.Column("data", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Column("last_seen_at", Ts, nullable=False),
+    sa.Column("expires_at", Ts, nullable=False),
+    sa.Index("ix_sessions_user", "user_id"),
+    sa.Index("ix_sessions_expiry", "expires_at"),
+)
+
+# One-time sign-in links (`inboxd users sign-in-link`): the SHA-256 of the link's secret.
+sign_in_links = sa.Table(
+    "sign_in_links",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Column("expires_at", Ts, nullable=False),
+    sa.Column("used_at", Ts),
+    sa.Index("ix_sign_in_links_user", "user_id"),
+)
+
+# Who a provider vouched for: (provider, subject) is the key, so a changed email at the provider
+# still reaches the same user.
+identities = sa.Table(
+    "identities",
+    metadata,
+    sa.Column("provider", sa.Text, primary_key=True),
+    sa.Column("subject", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("email", sa.Text, nullable=False),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Column("last_sign_in_at", Ts, nullable=False),
+    sa.Index("ix_identities_user", "user_id"),
 )
