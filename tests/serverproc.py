@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 _LISTENING = re.compile(r"HTTP on http://[^:]+:(\d+)\s+SMTP on [^:]+:(\d+)")
+_SUBMISSION = re.compile(r"submission on \S+:(\d+)")
 
 
 @dataclass
@@ -27,6 +28,7 @@ class ServerProcess:
     smtp_port: int
     bootstrap_token: str | None
     output: list[str] = field(default_factory=list)
+    submission_port: int = 0
     drain: asyncio.Task[None] | None = None
 
     @classmethod
@@ -36,6 +38,7 @@ class ServerProcess:
             "INBOXD_DATA_DIR": str(data_dir),
             "INBOXD_HTTP_PORT": "0",
             "INBOXD_SMTP_PORT": "0",
+            "INBOXD_SUBMISSION_PORT": "0",
             "INBOXD_LOG_LEVEL": "warning",
             **env,
         }
@@ -62,7 +65,9 @@ class ServerProcess:
             token = None
             if "bootstrap" in (await _peek(proc.stdout, output)):
                 token = (await proc.stdout.readline()).decode().strip()
+        submission = _SUBMISSION.search(found.string)
         server = cls(proc, int(found.group(1)), int(found.group(2)), token, output)
+        server.submission_port = int(submission.group(1)) if submission else 0
         # Keep reading, so a chatty server never blocks on a full pipe.
         server.drain = asyncio.get_running_loop().create_task(_collect(proc.stdout, output))
         return server

@@ -23,6 +23,8 @@ where the spec is silent:
   any `login_failure_window` seconds (a sliding log). A successful sign-in clears the address's
   failures (its owner proved the secret) but not the IP's, so one valid mailbox cannot be used to
   reset an IP's budget between guesses at other addresses.
+- Browser sign-in (starting a provider sign-in, its callback, a sign-in link): a token bucket per
+  client IP, `sign_in_rate` per minute, burst the same.
 - Public domain list: a token bucket per client IP, `public_rps` per second, burst twice that.
   The client IP is the socket peer; no forwarding header is trusted.
 - Headers on every authenticated answer, success or error: `RateLimit-Limit` (the bucket's size),
@@ -76,6 +78,10 @@ class Admission(Protocol):
 
     async def admit_public(self, *, client: str) -> None:
         """Rate-limit an unauthenticated read per client IP, or raise `RateLimited`."""
+        ...
+
+    async def admit_web_sign_in(self, *, client: str) -> None:
+        """Count one browser sign-in attempt of a client IP, or raise `RateLimited`."""
         ...
 
     async def start(self) -> None: ...
@@ -261,6 +267,14 @@ class Limiter:
         wait = await self._counters.hit(f"public:{client}", now=self._clock(), rate=rate, burst=max(1.0, 2 * rate))
         if wait > 0:
             raise RateLimited(retry_after=wait)
+
+    async def admit_web_sign_in(self, *, client: str) -> None:
+        per_minute = self._settings.sign_in_rate
+        wait = await self._counters.hit(
+            f"websignin:{client}", now=self._clock(), rate=per_minute / 60.0, burst=max(1.0, per_minute)
+        )
+        if wait > 0:
+            raise RateLimited("Too many sign-in attempts from your address; wait a minute.", retry_after=wait)
 
     async def start(self) -> None:
         self._stopping.clear()

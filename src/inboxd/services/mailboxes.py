@@ -167,6 +167,9 @@ class MailboxService:
 
     async def delete(self, principal: Principal, ref: str, *, scope: Scope = "token") -> None:
         mailbox = await self.find(principal, ref, scope=scope)
+        if await self._db.read(partial(store.is_sandbox, mailbox_id=mailbox.id)):
+            # The SMTP sandbox lives as long as its user; its messages are purged through /api/user/sandbox.
+            raise NotFound("No such mailbox.")
         await self._db.write(partial(store.delete, mailbox_id=mailbox.id))
         await self._bus.revoke(mailbox.id, REVOKE_ALL)
 

@@ -25,6 +25,8 @@ class NewMessage:
     summary: MessageSummary
     raw_compressed: bytes
     source_id: str
+    # The envelope recipients as a JSON list, kept for mail the SMTP sandbox captured.
+    envelope: str | None = None
 
 
 async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
@@ -39,7 +41,7 @@ async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
         [(source_id, raws[source_id], count) for source_id, count in refs.items()],
     )
     await tx.executemany(
-        f"INSERT INTO messages ({COLUMNS}, source_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT INTO messages ({COLUMNS}, source_id, envelope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 m.summary.id,
@@ -53,6 +55,7 @@ async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
                 m.summary.created_at,
                 m.summary.expires_at,
                 m.source_id,
+                m.envelope,
             )
             for m in items
         ],
