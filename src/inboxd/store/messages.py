@@ -25,6 +25,8 @@ class NewMessage:
     summary: MessageSummary
     raw_compressed: bytes
     source_id: str
+    # The envelope recipients as a JSON list, kept for mail the SMTP sandbox captured.
+    envelope: str | None = None
 
 
 async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
@@ -39,7 +41,7 @@ async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
         [(source_id, raws[source_id], count) for source_id, count in refs.items()],
     )
     await tx.executemany(
-        f"INSERT INTO messages ({COLUMNS}, source_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT INTO messages ({COLUMNS}, source_id, envelope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 m.summary.id,
@@ -53,6 +55,7 @@ async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
                 m.summary.created_at,
                 m.summary.expires_at,
                 m.source_id,
+                m.envelope,
             )
             for m in items
         ],
@@ -201,3 +204,27 @@ async def purge(tx: Tx, *, expired_before: float, limit: int) -> int:
         await search.forget(tx, [i for (i,) in ids])
         await tx.executemany("DELETE FROM messages WHERE id = ?", ids)
     return len(ids)
+
+
+async def mark_unread(tx: Tx, mailbox_id: str, message_id: str, *, now: float) -> int:
+    return await tx.execute(
+        "UPDATE messages SET is_read = 0 WHERE mailbox_id = ? AND id = ? AND is_read = 1 AND deleted = 0 "
+        "AND expires_at > ?",
+        mailbox_id,
+        message_id,
+        now,
+    )
+
+
+async def unread_counts(tx: Tx, mailbox_ids: Sequence[str], *, now: float) -> dict[str, int]:
+    """Live unread messages per mailbox; mailboxes with none are absent."""
+    if not mailbox_ids:
+        return {}
+    marks = ", ".join("?" for _ in mailbox_ids)
+    rows = await tx.fetch(
+        f"SELECT mailbox_id, COUNT(*) FROM messages WHERE mailbox_id IN ({marks}) AND is_read = 0 "
+        "AND deleted = 0 AND expires_at > ? GROUP BY mailbox_id",
+        *mailbox_ids,
+        now,
+    )
+    return {str(r[0]): int(r[1]) for r in rows}
