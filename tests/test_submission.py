@@ -406,3 +406,54 @@ async def test_implicit_tls_port(start: Start, certs: Certs) -> None:
 
     assert await asyncio.to_thread(send) == {}
     assert [m["subject"] for m in await box.messages()] == ["s"]
+
+
+# Plan limits ----------------------------------------------------------------------------------
+
+
+async def authenticated(port: int, box: Sandbox) -> RawSmtp:
+    client = await RawSmtp.connect(port)
+    await client.cmd("EHLO app")
+    assert (await client.cmd(f"AUTH PLAIN {plain(box.username, box.token)}"))[:3] == "235"
+    return client
+
+
+async def send_raw(client: RawSmtp, body: bytes) -> str:
+    assert (await client.cmd("MAIL FROM:<a@example.com>"))[:3] == "250"
+    rcpt = await client.cmd("RCPT TO:<x@example.org>")
+    if rcpt[:3] != "250":
+        return rcpt
+    assert (await client.cmd("DATA"))[:3] == "354"
+    return await client.cmd(body + b"\r\n.\r\n")
+
+
+@sqlite_only
+async def test_captured_messages_count_as_operations(start: Start) -> None:
+    server, http = await start(pro_ops_limit=4)
+    assert server.bootstrap_token is not None
+    box = await open_sandbox(http, server.bootstrap_token, server.submission_port)  # one operation
+    client = await authenticated(server.submission_port, box)
+    for n in range(3):
+        assert (await send_raw(client, f"Subject: {n}\r\n\r\nhi".encode()))[:3] == "250"
+    assert (await send_raw(client, b"Subject: over\r\n\r\nhi")).startswith("451 4.7.1")
+    await client.close()
+    admin = await server.services.users.user_by_email("admin@localhost")
+    assert await server.services.admission.usage(admin) == (4, 4)
+    stored = await server.services.sandboxes.page(admin, 1)
+    assert sorted(m.summary.subject for m in stored) == ["0", "1", "2"]
+
+
+@sqlite_only
+async def test_size_and_byte_quota_refuse_and_store_nothing(start: Start) -> None:
+    server, http = await start(max_message_size=4000, pro_mailbox_quota=6000)
+    assert server.bootstrap_token is not None
+    box = await open_sandbox(http, server.bootstrap_token, server.submission_port)
+    client = await authenticated(server.submission_port, box)
+    assert (await send_raw(client, b"Subject: big\r\n\r\n" + b"x" * 5000)).startswith("552 5.3.4")
+    assert (await send_raw(client, b"Subject: one\r\n\r\n" + b"y" * 3000))[:3] == "250"
+    # A second one would pass the sandbox's byte quota.
+    assert (await send_raw(client, b"Subject: two\r\n\r\n" + b"z" * 3000)).startswith("552 5.2.2")
+    await client.close()
+    assert [m["subject"] for m in await box.messages()] == ["one"]
+    info = (await http.get("/api/user/sandbox", headers=box.auth())).json()
+    assert 3000 < info["used"] < 4000

@@ -50,6 +50,8 @@ class Principal:
     user: User
     token_id: str | None = None
     mailbox_id: str | None = None
+    # The user's own signed-in browser (the dashboard): reaches what the user owns, as `/api/user/*` does.
+    session: bool = False
 
     @property
     def is_mailbox_token(self) -> bool:

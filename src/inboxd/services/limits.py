@@ -69,6 +69,11 @@ class Admission(Protocol):
         """(`ops_used`, `ops_limit`) of the user's current calendar month, true to the moment."""
         ...
 
+    async def count(self, user: User) -> None:
+        """Count one operation no request made (a message the SMTP sandbox captured): no request
+        rate applies, and a month already at its quota is left as it is."""
+        ...
+
     async def check_sign_in(self, address: str, *, client: str) -> None:
         """Raise `RateLimited` if the address or the client IP has used up its failed sign-ins."""
         ...
@@ -137,6 +142,11 @@ class Counters(Protocol):
 
     async def ops_used(self, user_id: str, month: str) -> int | None:
         """The month's count, or None when this back end has not loaded it."""
+        ...
+
+    async def count(self, take: Take) -> Verdict:
+        """Add one to the month's count unless it is at `take.rule.ops_limit` (QUOTA then); no
+        bucket is touched. SEED as for `take`."""
         ...
 
     async def hit(self, key: str, *, now: float, rate: float, burst: float) -> float:
@@ -239,6 +249,23 @@ class Limiter:
             error = RateLimited(retry_after=verdict.retry_after)
         error.headers.update(headers)
         raise error
+
+    async def count(self, user: User) -> None:
+        now = self._clock()
+        month, month_end = self._month(now)
+        take = Take(
+            user_id=user.id,
+            month=month,
+            now=now,
+            rule=self._rule(user),
+            creates_mailbox=False,
+            ops_ttl=int(month_end - now) + 3 * 86400,
+        )
+        verdict = await self._counters.count(take)
+        if verdict.outcome is Outcome.SEED:
+            verdict = await self._counters.count(replace(take, seed=await self._ledger.total(user.id, month)))
+        if verdict.outcome is Outcome.OK:
+            self._ledger.add(user.id, month)
 
     async def usage(self, user: User) -> tuple[int, int]:
         month, _ = self._month(self._clock())

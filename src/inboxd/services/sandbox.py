@@ -71,6 +71,14 @@ class SandboxDetail:
 
 
 @dataclass(frozen=True, slots=True)
+class Target:
+    """Where a submitted message goes: the sandbox as a recipient, and whose plan it counts against."""
+
+    recipient: Recipient
+    user: User
+
+
+@dataclass(frozen=True, slots=True)
 class Submitter:
     """Who authenticated a submission session: the user, its sandbox, and the token's hash."""
 
@@ -181,7 +189,7 @@ class SandboxService:
         _require_pro(user)
         return Submitter(user=user, sandbox=sandbox, token_hash=token_hash)
 
-    async def recheck(self, submitter: Submitter) -> Recipient:
+    async def recheck(self, submitter: Submitter) -> Target:
         """The sandbox to capture into now, if the credentials still hold (revocation, suspension
         and a downgrade take effect at the next message of an open session)."""
         found = await self._db.read(
@@ -189,14 +197,14 @@ class SandboxService:
         )
         if found is None or not found[0].is_pro:
             raise MessageRejected(code="auth_revoked")
-        return _recipient(found[0], found[1].mailbox)
+        return Target(recipient=_recipient(found[0], found[1].mailbox), user=found[0])
 
-    async def anonymous(self, email: str) -> Recipient:
+    async def anonymous(self, email: str) -> Target:
         """The sandbox of the operator's `sandbox_anonymous_user`, for unauthenticated submission."""
         user = await self._db.read(partial(user_store.get_user_by_email, email=email.strip().lower()))
         if user is None or user.status != "active":
             raise MessageRejected(code="sandbox_unavailable")
-        return _recipient(user, (await self.of(user)).mailbox)
+        return Target(recipient=_recipient(user, (await self.of(user)).mailbox), user=user)
 
     # Reading and deleting captured mail -------------------------------------------------------
 

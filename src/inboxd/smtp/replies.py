@@ -21,6 +21,7 @@ SHUTTING_DOWN = "421 4.3.2 Service shutting down"
 IDLE_TIMEOUT = "421 4.4.2 Idle timeout, closing connection"
 TOO_MANY_ERRORS = "421 4.7.0 Too many errors, closing connection"
 AUTH_TOO_MANY = "421 4.7.0 Too many failed authentications, closing connection"
+OPS_QUOTA = "451 4.7.1 The monthly operations quota is used up"
 SANDBOX_UNAVAILABLE = "451 4.3.0 No sandbox to capture into, try again later"
 TOO_MANY_SESSIONS = "421 4.7.0 Too many connections, try again later"
 TOO_MANY_FROM_IP = "421 4.7.0 Too many connections from your address, try again later"
@@ -63,6 +64,7 @@ _REJECTIONS = {
     "too_big": TOO_BIG,
     "auth_revoked": AUTH_REVOKED,
     "sandbox_unavailable": SANDBOX_UNAVAILABLE,
+    "ops_quota_exceeded": OPS_QUOTA,
 }
 
 

@@ -29,10 +29,9 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from inboxd.config import Settings
 from inboxd.errors import Forbidden, MessageRejected, RateLimited, Unauthorized
-from inboxd.model import User
 from inboxd.services.ingest import IngestService, Recipient
 from inboxd.services.limits import Admission
-from inboxd.services.sandbox import SandboxService, Submitter
+from inboxd.services.sandbox import SandboxService, Submitter, Target
 from inboxd.smtp import replies as R
 from inboxd.smtp.server import Session, SessionHooks
 
@@ -54,14 +53,12 @@ class Submission:
         ingest: IngestService,
         admission: Admission,
         settings: Settings,
-        count: Callable[[User], Awaitable[None]] | None = None,
         plaintext_auth: bool | None = None,
     ) -> None:
         self.sandboxes = sandboxes
         self.ingest = ingest
         self.admission = admission
         self.settings = settings
-        self.count = count
         # Whether AUTH is offered without TLS; given explicitly only where a listener is built by hand.
         if plaintext_auth is None:
             plaintext_auth = settings.submission_allow_plaintext_auth or _is_loopback(settings.submission_host)
@@ -76,8 +73,7 @@ class _SubmissionSession:
         self.listener = listener
         self.session = session
         self.submitter: Submitter | None = None
-        self.target: Recipient | None = None
-        self.user: User | None = None
+        self.target: Target | None = None
 
     # SessionHooks ------------------------------------------------------------------------------
 
@@ -96,23 +92,26 @@ class _SubmissionSession:
         return None
 
     async def resolve(self, address: str, *, declared_size: int | None) -> Recipient:
-        # Checked once per message, at its first RCPT: the credentials, the plan, the quota.
+        # Checked once per message, at its first RCPT: the credentials, the plan, the quotas.
         if self.target is None or not self.session.envelope:
             self.target = None
+            sandboxes = self.listener.sandboxes
             if self.submitter is not None:
                 try:
-                    self.target = await self.listener.sandboxes.recheck(self.submitter)
-                except Exception:
+                    target = await sandboxes.recheck(self.submitter)
+                except MessageRejected:
                     self.submitter = None
                     raise
-                self.user = self.submitter.user
             else:
-                self.target = await self.listener.sandboxes.anonymous(self.listener.settings.sandbox_anonymous_user)
-                self.user = None
-        target = self.target
-        if declared_size and target.mailbox.used + declared_size > target.mailbox.quota:
+                target = await sandboxes.anonymous(self.listener.settings.sandbox_anonymous_user)
+            used, limit = await self.listener.admission.usage(target.user)
+            if used >= limit:
+                raise MessageRejected(code="ops_quota_exceeded")
+            self.target = target
+        recipient = self.target.recipient
+        if declared_size and recipient.mailbox.used + declared_size > recipient.mailbox.quota:
             raise MessageRejected(code="mailbox_full")
-        return target
+        return recipient
 
     def deliver(
         self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes
@@ -122,10 +121,10 @@ class _SubmissionSession:
 
     async def _after(self, stored: Awaitable[object]) -> None:
         await stored
-        # The next message reads the quota afresh.
+        # Each captured message is one operation of the plan's month; the next reads the quotas afresh.
+        if self.target is not None:
+            await self.listener.admission.count(self.target.user)
         self.target = None
-        if self.listener.count is not None and self.submitter is not None:
-            await self.listener.count(self.submitter.user)
 
     def tls_started(self) -> None:
         self.submitter = None

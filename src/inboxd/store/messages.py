@@ -202,3 +202,27 @@ async def purge(tx: Tx, *, expired_before: float, limit: int) -> int:
         await search.forget(tx, [i for (i,) in ids])
         await tx.executemany("DELETE FROM messages WHERE id = ?", ids)
     return len(ids)
+
+
+async def mark_unread(tx: Tx, mailbox_id: str, message_id: str, *, now: float) -> int:
+    return await tx.execute(
+        "UPDATE messages SET is_read = 0 WHERE mailbox_id = ? AND id = ? AND is_read = 1 AND deleted = 0 "
+        "AND expires_at > ?",
+        mailbox_id,
+        message_id,
+        now,
+    )
+
+
+async def unread_counts(tx: Tx, mailbox_ids: Sequence[str], *, now: float) -> dict[str, int]:
+    """Live unread messages per mailbox; mailboxes with none are absent."""
+    if not mailbox_ids:
+        return {}
+    marks = ", ".join("?" for _ in mailbox_ids)
+    rows = await tx.fetch(
+        f"SELECT mailbox_id, COUNT(*) FROM messages WHERE mailbox_id IN ({marks}) AND is_read = 0 "
+        "AND deleted = 0 AND expires_at > ? GROUP BY mailbox_id",
+        *mailbox_ids,
+        now,
+    )
+    return {str(r[0]): int(r[1]) for r in rows}

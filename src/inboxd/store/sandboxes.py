@@ -83,7 +83,9 @@ async def delete_all(tx: Tx, mailbox_id: str) -> int:
 
     Expired ones (already out of `used`) are removed too, but only live ones count as deleted.
     """
-    rows = await tx.fetch("SELECT id, size, expired FROM messages WHERE mailbox_id = ? AND deleted = 0", mailbox_id)
+    rows = await tx.fetch(
+        "SELECT id, size, expired, source_id FROM messages WHERE mailbox_id = ? AND deleted = 0", mailbox_id
+    )
     if not rows:
         return 0
     ids = [(r["id"],) for r in rows]

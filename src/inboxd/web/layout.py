@@ -16,6 +16,7 @@ class NavItem:
 
 
 NAV: list[NavItem] = [
+    NavItem("Mailboxes", "/mailboxes"),
     NavItem("Account", "/account"),
 ]
 

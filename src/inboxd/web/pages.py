@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from email.utils import parseaddr
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
@@ -35,7 +36,7 @@ log = logging.getLogger("inboxd.web")
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-    "font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    "font-src 'self'; frame-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 SECURITY_HEADERS = {
     "Content-Security-Policy": CSP,
@@ -78,6 +79,8 @@ def environment() -> jinja2.Environment:
     env.globals["static"] = static_url
     env.filters["when"] = when
     env.filters["provider_label"] = provider_label
+    env.filters["filesize"] = filesize
+    env.filters["display_name"] = display_name
     return env
 
 
@@ -86,6 +89,22 @@ def when(ts: float | None, empty: str = "") -> str:
     if ts is None:
         return empty
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def filesize(size: int) -> str:
+    """Bytes as people read them: `812 B`, `4.1 KB`, `25.0 MB` (powers of 1024, as mail clients show)."""
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def display_name(from_: str) -> str:
+    """`Shop <orders@shop.example>` as a list shows it: the name, or the address when there is none."""
+    name, address = parseaddr(from_)
+    return name or address or from_
 
 
 def provider_label(key: str) -> str:
