@@ -118,6 +118,7 @@ class _ServerProcess:
         self.log = log
         self.http_port = free_port()
         self.smtp_port = free_port()
+        self.submission_port = free_port()
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -160,6 +161,8 @@ class Inboxd(_ServerProcess):
             "INBOXD_HTTP_PORT": str(self.http_port),
             "INBOXD_SMTP_HOST": HOST,
             "INBOXD_SMTP_PORT": str(self.smtp_port),
+            "INBOXD_SUBMISSION_HOST": HOST,
+            "INBOXD_SUBMISSION_PORT": str(self.submission_port),
             "INBOXD_LOG_LEVEL": "warning",
             # The bench user is the bootstrap admin (plan pro); request-rate limits would turn a
             # throughput figure into a measure of the limiter, so they are lifted here.

@@ -157,8 +157,8 @@ async def sources(tx: Tx, message_ids: Sequence[str]) -> list[Row]:
     marks = ", ".join("?" for _ in message_ids)
     return await tx.fetch(
         "SELECT m.id, s.raw, m.subject, m.from_header, m.sender, b.address FROM messages m "
-        "JOIN message_sources s ON s.message_id = m.id JOIN mailboxes b ON b.id = m.mailbox_id "
-        f"WHERE m.id IN ({marks})",
+        "JOIN message_sources s ON s.id = m.source_id JOIN mailboxes b ON b.id = m.mailbox_id "
+        f"WHERE m.deleted = 0 AND m.id IN ({marks})",
         *message_ids,
     )
 
