@@ -73,7 +73,7 @@ async def charge(tx: Tx, mailbox_id: str, size: int) -> bool:
 async def page(
     tx: Tx, mailbox_id: str, *, page: int, now: float, flt: MessageFilter = NO_FILTER, size: int = PAGE_SIZE
 ) -> list[MessageSummary]:
-    q = search.query(tx.dialect, mailbox_id, flt)
+    q = await search.query(tx, mailbox_id, flt)
     where = " AND ".join([*q.where, "m.mailbox_id = ?", "m.deleted = 0", "m.expires_at > ?"])
     columns = ", ".join(f"m.{c}" for c in COLUMNS.split(", "))
     rows = await tx.fetch(

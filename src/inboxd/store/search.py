@@ -40,6 +40,10 @@ class Doc:
     terms: list[str]
 
 
+# Up to this many full-text matches in a mailbox, PostgreSQL sorts them; beyond, it walks the list.
+FEW_MATCHES = 2000
+
+
 def _like(needle: str) -> str:
     escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
@@ -93,20 +97,34 @@ class Query:
     order: str
 
 
-def query(dialect: str, mailbox_id: str, flt: MessageFilter) -> Query:
-    join, where, args = conditions(dialect, flt)
-    if flt.terms and dialect != "postgresql":
+async def query(tx: Tx, mailbox_id: str, flt: MessageFilter) -> Query:
+    join, where, args = conditions(tx.dialect, flt)
+    ordered = "m.created_at DESC, m.id DESC"
+    if not flt.terms:
+        return Query("messages m" + join, where, args, ordered)
+    terms = [Term(mailbox_term(mailbox_id)), *flt.terms]
+    if tx.dialect != "postgresql":
         # FTS5 yields rowids in order, so the page is read newest first without a sort.
         source = "message_fts f JOIN message_search s ON s.doc_id = f.rowid JOIN messages m ON m.id = s.message_id"
-        where = ["f.message_fts MATCH ?", *where]
-        args = [_fts5_query([Term(mailbox_term(mailbox_id)), *flt.terms]), *args]
-        return Query(source, where, args, "f.rowid DESC")
-    return Query("messages m" + join, where, args, "m.created_at DESC, m.id DESC")
+        return Query(source, ["f.message_fts MATCH ?", *where], [_fts5_query(terms), *args], "f.rowid DESC")
+    # PostgreSQL: a few matches are fetched from the GIN index and sorted; many are better found
+    # by walking the mailbox newest first until a page is full. The planner guesses between the
+    # two from word statistics of the whole table; counting the mailbox's matches first decides.
+    tsquery = _tsquery(terms)
+    matches = await tx.fetch(
+        "SELECT message_id FROM message_search WHERE terms @@ CAST(? AS tsquery) LIMIT ?", tsquery, FEW_MATCHES + 1
+    )
+    if len(matches) <= FEW_MATCHES:
+        return Query(
+            "messages m" + join, ["m.id = ANY(CAST(? AS text[]))", *where], [[r[0] for r in matches], *args], ordered
+        )
+    source = "messages m JOIN message_search s ON s.message_id = m.id"
+    return Query(source, [*where, "s.terms @@ CAST(? AS tsquery)"], [*args, tsquery], ordered)
 
 
 def conditions(dialect: str, flt: MessageFilter) -> tuple[str, list[str], list[Any]]:
-    """(join, extra WHERE conditions, their arguments) for `flt` on `messages m`; SQLite's full
-    text is added by `query`."""
+    """(join, extra WHERE conditions, their arguments) for `flt` on `messages m`, full text
+    aside (`query` adds it)."""
     where: list[str] = []
     args: list[Any] = []
     if flt.from_:
@@ -126,7 +144,7 @@ def conditions(dialect: str, flt: MessageFilter) -> tuple[str, list[str], list[A
     if flt.until is not None:
         where.append("m.created_at < ?")
         args.append(flt.until)
-    if not flt.needs_index:
+    if not (flt.to or flt.has_attachments is not None):
         return "", where, args
     if flt.to:
         # Stored lowercase, so a plain LIKE is case-insensitive on both databases.
@@ -135,9 +153,6 @@ def conditions(dialect: str, flt: MessageFilter) -> tuple[str, list[str], list[A
     if flt.has_attachments is not None:
         where.append("s.has_attachments = ?")
         args.append(1 if flt.has_attachments else 0)
-    if flt.terms and dialect == "postgresql":
-        where.append("s.terms @@ CAST(? AS tsquery)")
-        args.append(_tsquery(flt.terms))
     return " JOIN message_search s ON s.message_id = m.id", where, args
 
 
@@ -151,12 +166,12 @@ async def pending(tx: Tx, *, limit: int) -> list[Pending]:
 
 
 async def sources(tx: Tx, message_ids: Sequence[str]) -> list[Row]:
-    """(message id, compressed raw, subject, from, sender, mailbox address) of each message."""
+    """(message id, compressed raw, subject, from, sender, mailbox address, envelope) of each message."""
     if not message_ids:
         return []
     marks = ", ".join("?" for _ in message_ids)
     return await tx.fetch(
-        "SELECT m.id, s.raw, m.subject, m.from_header, m.sender, b.address FROM messages m "
+        "SELECT m.id, s.raw, m.subject, m.from_header, m.sender, b.address, m.envelope FROM messages m "
         "JOIN message_sources s ON s.id = m.source_id JOIN mailboxes b ON b.id = m.mailbox_id "
         f"WHERE m.deleted = 0 AND m.id IN ({marks})",
         *message_ids,

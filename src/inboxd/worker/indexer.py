@@ -19,6 +19,8 @@ from email.policy import compat32
 from email.utils import getaddresses
 from functools import partial
 
+import msgspec
+
 from inboxd.events import EventBus
 from inboxd.mail.parse import html_to_text, parse_message
 from inboxd.services.filters import index_terms
@@ -35,14 +37,17 @@ BODY_CHARS = 256 * 1024
 # Sources read and parsed at once: a batch of big messages (25 MiB each) must not all sit in memory.
 CHUNK_BYTES = 16 * 1024 * 1024
 _headers = BytesHeaderParser(policy=compat32)
+_decode_envelope = msgspec.json.Decoder(list[str]).decode
 
 
 def build_doc(row: Row, pending: search.Pending) -> search.Doc:
     """One message's index row from its stored source; pure CPU, run in a thread."""
-    message_id, compressed, subject, from_, sender, address = (row[i] for i in range(6))
+    message_id, compressed, subject, from_, sender, address, envelope = (row[i] for i in range(7))
     raw = decompress(bytes(compressed))
     parsed = parse_message(raw)
-    recipients = storable(" ".join([address, *_recipients(raw)])).lower()
+    # The sandbox keeps the envelope recipients: Bcc'd addresses are found by `to` too.
+    captured = _decode_envelope(envelope) if envelope else []
+    recipients = storable(" ".join([address, *_recipients(raw), *captured])).lower()
     body = parsed.text_body if parsed.text_body.strip() else html_to_text(parsed.html_body)
     return search.Doc(
         message_id=message_id,
