@@ -109,7 +109,7 @@ async def fill(settings: Settings, count: int) -> tuple[str, str]:
 
         await asyncio.gather(*(feeder() for _ in range(64)))
         stored = time.monotonic() - started
-        db = server._db  # noqa: SLF001 (a benchmark reads the queue length directly)
+        db = server._db  # the benchmark reads the indexer queue length directly
         assert db is not None
         while True:
             left = await db.read(lambda tx: tx.fetchval("SELECT count(*) FROM messages WHERE indexed = 0"))
