@@ -37,6 +37,7 @@ from inboxd.model import (
 from inboxd.services.credentials import API_TOKEN_PREFIX, MailboxTokens, hash_token
 from inboxd.services.ingest import Recipient
 from inboxd.services.messages import MessageService
+from inboxd.store import mailboxes as mailbox_store
 from inboxd.store import sandboxes as store
 from inboxd.store import users as user_store
 from inboxd.store.db import Database, Tx
@@ -216,6 +217,10 @@ class SandboxService:
         return Target(recipient=_recipient(user, (await self.of(user)).mailbox), user=user)
 
     # Reading and deleting captured mail -------------------------------------------------------
+
+    async def is_sandbox(self, mailbox: Mailbox) -> bool:
+        """Whether this mailbox is a sandbox (its messages then have envelope recipients)."""
+        return await self._db.read(partial(mailbox_store.is_sandbox, mailbox_id=mailbox.id))
 
     async def _mailbox(self, user: User) -> Mailbox:
         _require_pro(user)
