@@ -10,9 +10,22 @@ What it guarantees:
 - no buffer grows without bound: a command line over 4 KiB is discarded as it streams and
   answered `500 5.5.2`; DATA past the size limit is discarded and answered `552 5.3.4`;
 - NUL and bare CR in commands are refused;
-- 250 is written only after `IngestService.deliver` returned, i.e. after the commit.
+- 250 is written only after `IngestService.deliver` returned, i.e. after the commit;
+- sessions are capped in total and per client address (421 beyond either cap);
+- a client that does not read its replies is not read from either: reading pauses while more
+  than `WRITE_HIGH` bytes of replies wait, and the client is dropped once they have waited
+  `smtp_write_timeout` seconds; a session silent for `smtp_idle_timeout` seconds is closed.
 Commands are handled strictly in order (PIPELINING): while one waits on the database, input
 is buffered, and reading pauses once the buffer is large.
+
+Memory per message: DATA accumulates in one buffer that already begins with the `Received:`
+header (written when DATA starts, as Postfix does); at the end that buffer becomes the stored
+bytes with one copy, dot-stuffing undone on the way. Above `OFF_LOOP_BYTES` that work runs in a
+thread, so a big message never holds the event loop.
+
+What a listener adds is a `SessionHooks` per session: extra EHLO keywords and verbs (AUTH on
+the submission listener, `smtp/submission.py`), the gate before MAIL, and where RCPT and DATA
+go. `Reception`, the default, is the MX: RCPT names a mailbox, DATA stores a copy per mailbox.
 """
 
 from __future__ import annotations
@@ -24,13 +37,14 @@ import socket
 import ssl
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from email.utils import format_datetime
-from typing import cast
+from typing import Any, Protocol, cast
 
 from inboxd.config import Settings
-from inboxd.errors import InboxdError
-from inboxd.services.ingest import IngestService, Recipient
+from inboxd.errors import InboxdError, MessageRejected
+from inboxd.services.ingest import OFF_LOOP_BYTES, IngestService, Recipient
 from inboxd.smtp import replies as R
 from inboxd.tasks import TaskSet
 
@@ -38,20 +52,96 @@ log = logging.getLogger("inboxd.smtp")
 
 LINE_LIMIT = 4096
 PAUSE_AT = 1 << 20
+# Unsent replies above which a session stops reading (asyncio's low-water mark is a quarter).
+WRITE_HIGH = 64 * 1024
 MAX_ERRORS = 20
-IDLE_TIMEOUT = 300.0
 TERMINATOR = b"\r\n.\r\n"
+
+
+class SessionHooks(Protocol):
+    """One session's listener-specific behaviour; the engine calls it, it answers through the session."""
+
+    def ehlo_keywords(self) -> Sequence[str]:
+        """Extra EHLO keywords (e.g. `AUTH PLAIN LOGIN`)."""
+        ...
+
+    def command(self, verb: str, arg: str) -> bool:
+        """Handle a verb the engine does not know; False when the listener does not know it either."""
+        ...
+
+    def mail_refusal(self) -> str | None:
+        """The reply that refuses MAIL now (e.g. 530 before AUTH), or None."""
+        ...
+
+    async def resolve(self, address: str, *, declared_size: int | None) -> Recipient:
+        """The mailbox an RCPT address lands in, or a `MessageRejected`."""
+        ...
+
+    def deliver(
+        self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes
+    ) -> Awaitable[object]:
+        """Store the message (committed when the awaitable is done); `envelope` is every accepted
+        RCPT address. A plain function returning the ingest's awaitable, so no frame of the hook
+        keeps `raw` alive while the commit waits (ingest lets go of it once compressed)."""
+        ...
+
+    def tls_started(self) -> None:
+        """The session restarted under TLS: forget what was said before it."""
+        ...
+
+
+class Reception:
+    """The receiving listener's hooks: RCPT names a mailbox; nothing to add to the protocol."""
+
+    def __init__(self, ingest: IngestService) -> None:
+        self._ingest = ingest
+
+    def ehlo_keywords(self) -> Sequence[str]:
+        return ()
+
+    def command(self, verb: str, arg: str) -> bool:
+        return False
+
+    def mail_refusal(self) -> str | None:
+        return None
+
+    async def resolve(self, address: str, *, declared_size: int | None) -> Recipient:
+        return await self._ingest.resolve(address, declared_size=declared_size)
+
+    def deliver(
+        self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes
+    ) -> Awaitable[object]:
+        return self._ingest.deliver(sender=sender, recipients=recipients, raw=raw)
+
+    def tls_started(self) -> None:
+        return None
+
+
+HooksFactory = Callable[["_Session"], SessionHooks]
 
 
 class SmtpServer:
     """Listens, tracks sessions, and stops them in order (deliveries in flight finish first)."""
 
-    def __init__(self, ingest: IngestService, *, settings: Settings, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        ingest: IngestService,
+        *,
+        settings: Settings,
+        tls: ssl.SSLContext | None = None,
+        hooks: HooksFactory | None = None,
+        implicit_tls: bool = False,
+    ) -> None:
         self.ingest = ingest
         self.settings = settings
         self.tls = tls
+        # Implicit TLS (RFC 8314): every connection is TLS from its first byte; no STARTTLS.
+        self.implicit_tls = implicit_tls and tls is not None
+        reception = Reception(ingest)
+        self.hooks: HooksFactory = hooks or (lambda session: reception)
         self.hostname = settings.resolved_smtp_hostname
         self.sessions: set[_Session] = set()
+        self.per_ip: dict[str, int] = {}
         self.closing = False
         self._server: asyncio.Server | None = None
         # The sessions' deliveries, recipient checks and TLS upgrades, referenced until they end.
@@ -68,13 +158,39 @@ class SmtpServer:
                 backlog=1024,
             )
         else:
-            self._server = await loop.create_server(lambda: _Session(self), sock=sock, backlog=1024)
+            self._server = await loop.create_server(
+                lambda: _Session(self),
+                sock=sock,
+                backlog=1024,
+                ssl=self.tls if self.implicit_tls else None,
+                ssl_handshake_timeout=self.settings.tls_handshake_timeout if self.implicit_tls else None,
+            )
 
     @property
     def port(self) -> int:
         assert self._server is not None
         port: int = self._server.sockets[0].getsockname()[1]
         return port
+
+    def admit(self, session: _Session) -> str | None:
+        """Count a new session in; the 421 to answer instead when a cap is reached."""
+        settings = self.settings
+        if len(self.sessions) >= settings.smtp_max_sessions:
+            return R.TOO_MANY_SESSIONS
+        if self.per_ip.get(session.peer, 0) >= settings.smtp_max_sessions_per_ip:
+            return R.TOO_MANY_FROM_IP
+        self.sessions.add(session)
+        self.per_ip[session.peer] = self.per_ip.get(session.peer, 0) + 1
+        return None
+
+    def release(self, session: _Session) -> None:
+        if session in self.sessions:
+            self.sessions.discard(session)
+            left = self.per_ip.get(session.peer, 1) - 1
+            if left > 0:
+                self.per_ip[session.peer] = left
+            else:
+                self.per_ip.pop(session.peer, None)
 
     async def stop(self, *, grace: float = 10.0) -> None:
         self.closing = True
@@ -103,15 +219,25 @@ class _Session(asyncio.Protocol):
         self.delivering = False
         self.discarding_line = False
         self.paused = False
+        self.write_paused = False
+        self.write_timer: asyncio.TimerHandle | None = None
+        # Where the client's DATA begins in `buf` (after the Received: header, at its last CRLF).
+        self.data_start = 0
         self.errors = 0
         self.peer = ""
         self.helo: str | None = None
         self.esmtp = False
-        self.secure = False
+        self.secure = server.implicit_tls
         self.sender: str | None = None
         self.recipients: list[Recipient] = []
+        # Every accepted RCPT address, in order: plus addressing may fold them into fewer
+        # mailboxes, but the limit is on what the client sent, and the sandbox records them all.
+        self.envelope: list[str] = []
         self.last_activity = time.monotonic()
         self.idle_timer: asyncio.TimerHandle | None = None
+        # Set by a hook that expects the next line to be an answer (an AUTH exchange), not a command.
+        self.line_handler: Callable[[bytes], None] | None = None
+        self.hooks = server.hooks(self)
 
     # asyncio.Protocol ----------------------------------------------------------------------
 
@@ -120,18 +246,48 @@ class _Session(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if peer else "unknown"
-        self.server.sessions.add(self)
         if self.server.closing:
             self.close(R.SHUTTING_DOWN)
             return
+        refusal = self.server.admit(self)
+        if refusal is not None:
+            self.close(refusal)
+            return
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH)
         self.reply(R.GREETING.format(host=self.server.hostname))
-        self._arm_idle()
+        self._arm_idle(self.server.settings.smtp_idle_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.server.sessions.discard(self)
+        self.server.release(self)
         self.transport = None
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
+        for timer in (self.idle_timer, self.write_timer):
+            if timer is not None:
+                timer.cancel()
+
+    def pause_writing(self) -> None:
+        # The client is not reading its replies: stop taking commands that would add more.
+        self.write_paused = True
+        self._flow()
+        if self.write_timer is None:
+            timeout = self.server.settings.smtp_write_timeout
+            self.write_timer = asyncio.get_running_loop().call_later(timeout, self._write_stuck)
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.write_timer is not None:
+            self.write_timer.cancel()
+            self.write_timer = None
+        if not self.busy:
+            self.pump()
+        self._flow()
+
+    def _write_stuck(self) -> None:
+        self.write_timer = None
+        if self.transport is not None:
+            log.info("dropping an SMTP client of %s that does not read its replies", self.peer)
+            # Abort, not close: a close would wait for the replies it never reads.
+            self.transport.abort()
+            self.transport = None
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = time.monotonic()
@@ -146,17 +302,27 @@ class _Session(asyncio.Protocol):
             self.buf += data[end + 1 :]
         else:
             self.buf += data
-        if self.busy:
-            if len(self.buf) > PAUSE_AT and not self.paused and self.transport is not None:
-                self.paused = True
-                self.transport.pause_reading()
+        if self.busy or self.write_paused:
+            self._flow()
             return
         self.pump()
+
+    def _flow(self) -> None:
+        """Read only while replies are being taken and the input waiting is small."""
+        if self.transport is None:
+            return
+        stop = self.write_paused or (self.busy and len(self.buf) > PAUSE_AT)
+        if stop and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+        elif not stop and self.paused:
+            self.paused = False
+            self.transport.resume_reading()
 
     # Input ------------------------------------------------------------------------------------
 
     def pump(self) -> None:
-        while not self.busy and self.transport is not None:
+        while not self.busy and not self.write_paused and self.transport is not None:
             if self.in_data:
                 if not self._scan_data():
                     return
@@ -172,31 +338,37 @@ class _Session(asyncio.Protocol):
             if line.endswith(b"\r"):
                 line = line[:-1]
             if len(line) > LINE_LIMIT:
+                self.line_handler = None
                 self.error(R.LINE_TOO_LONG)
                 continue
+            if self.line_handler is not None:
+                handler, self.line_handler = self.line_handler, None
+                handler(line)
+                continue
             self.command(line)
-        if self.paused and not self.busy and self.transport is not None:
-            self.paused = False
-            self.transport.resume_reading()
+        self._flow()
 
     def _scan_data(self) -> bool:
         """Look for CRLF.CRLF; True when a message ended (its delivery is then under way)."""
         end = self.buf.find(TERMINATOR, self.scan)
         if end < 0:
             limit = self.server.settings.max_message_size
-            if len(self.buf) > limit + limit // 8 + 1024:
+            if len(self.buf) > self.data_start + limit + limit // 8 + 1024:
                 # Too big: keep only what could begin the terminator, and answer at its end.
                 self.overflow = True
                 del self.buf[:-4]
+                self.data_start = 0
             self.scan = max(len(self.buf) - 4, 0)
             return False
-        body = bytes(self.buf[2 : end + 2])
-        del self.buf[: end + 5]
+        # The buffer itself becomes the message; what followed the terminator moves to a new one.
+        message = self.buf
+        self.buf = message[end + 5 :]
+        del message[end + 2 :]
         self.in_data = False
         self.scan = 0
         self.busy = True
         self.delivering = True
-        self.server.tasks.spawn(self._deliver(body))
+        self.server.tasks.spawn(self._deliver(message))
         return True
 
     # Commands -------------------------------------------------------------------------------
@@ -211,6 +383,8 @@ class _Session(asyncio.Protocol):
         arg = arg.strip()
         handler = _COMMANDS.get(verb)
         if handler is None:
+            if self.hooks.command(verb, arg):
+                return
             self.error(R.NOT_IMPLEMENTED if verb in ("AUTH", "BDAT", "ETRN", "TURN", "EXPN") else R.UNRECOGNIZED)
             return
         handler(self, arg)
@@ -231,6 +405,7 @@ class _Session(asyncio.Protocol):
         ]
         if self.server.tls is not None and not self.secure:
             lines.append("STARTTLS")
+        lines.extend(self.hooks.ehlo_keywords())
         lines.append("HELP")
         self.reply("\r\n".join(f"250-{x}" for x in lines[:-1]) + f"\r\n250 {lines[-1]}")
 
@@ -248,6 +423,10 @@ class _Session(asyncio.Protocol):
             return
         if self.sender is not None:
             self.error(R.NESTED_MAIL)
+            return
+        refusal = self.hooks.mail_refusal()
+        if refusal is not None:
+            self.error(refusal)
             return
         parsed = _path(arg, "FROM:")
         if parsed is None:
@@ -295,7 +474,7 @@ class _Session(asyncio.Protocol):
         if not _plausible(address) or "@" not in address or not _is_utf8(address):
             self.error(R.BAD_ADDRESS)
             return
-        if len(self.recipients) >= self.server.settings.max_recipients:
+        if len(self.envelope) >= self.server.settings.max_recipients:
             self.reply(R.TOO_MANY_RECIPIENTS)
             return
         self.busy = True
@@ -303,7 +482,7 @@ class _Session(asyncio.Protocol):
 
     async def _resolve(self, address: str) -> None:
         try:
-            recipient = await self.server.ingest.resolve(address, declared_size=self.declared_size)
+            recipient = await self.hooks.resolve(address, declared_size=self.declared_size)
         except InboxdError as exc:
             self.error(R.reply_for(exc))
         except Exception:
@@ -313,6 +492,7 @@ class _Session(asyncio.Protocol):
             # Plus addressing can name one mailbox twice: it gets one copy.
             if all(r.mailbox.id != recipient.mailbox.id for r in self.recipients):
                 self.recipients.append(recipient)
+            self.envelope.append(address)
             self.reply(R.RECIPIENT_OK)
         self.busy = False
         self.pump()
@@ -327,24 +507,24 @@ class _Session(asyncio.Protocol):
         self.reply(R.START_DATA)
         self.in_data = True
         self.overflow = False
-        self.buf[:0] = b"\r\n"
-        self.scan = 0
+        self.queue_id = uuid.uuid4().hex[:16]
+        # The header ends in CRLF, so a terminator or a stuffed dot on the first line is found too.
+        received = self._received(self.queue_id)
+        self.buf[:0] = received
+        self.data_start = len(received) - 2
+        self.scan = self.data_start
 
-    async def _deliver(self, stuffed: bytes) -> None:
+    async def _deliver(self, message: bytearray) -> None:
         try:
             if self.overflow:
                 self.reply(R.TOO_BIG)
                 return
-            # Undo dot-stuffing: a line that starts with a dot lost its first dot in transit.
-            body = (b"\r\n" + stuffed).replace(b"\r\n.", b"\r\n")[2:]
-            if len(body) > self.server.settings.max_message_size:
-                self.reply(R.TOO_BIG)
-                return
             assert self.sender is not None
-            queue_id = uuid.uuid4().hex[:16]
-            raw = self._received(queue_id) + body
-            await self.server.ingest.deliver(sender=self.sender, recipients=self.recipients, raw=raw)
-            self.reply(R.QUEUED.format(id=queue_id))
+            # No local here keeps the bytes: ingest lets go of them once they are compressed.
+            await self.hooks.deliver(
+                sender=self.sender, recipients=self.recipients, envelope=self.envelope, raw=await self._stored(message)
+            )
+            self.reply(R.QUEUED.format(id=self.queue_id))
         except InboxdError as exc:
             self.reply(R.reply_for(exc))
         except Exception:
@@ -356,6 +536,17 @@ class _Session(asyncio.Protocol):
             self.busy = False
             if self.transport is not None:
                 self.pump()
+
+    async def _stored(self, message: bytearray) -> bytes:
+        """The bytes to store, dot-stuffing undone (in a thread when big); too big is refused."""
+        header = self.data_start + 2
+        if len(message) > OFF_LOOP_BYTES:
+            raw = await asyncio.to_thread(_unstuff, message)
+        else:
+            raw = _unstuff(message)
+        if len(raw) - header > self.server.settings.max_message_size:
+            raise MessageRejected(code="too_big")
+        return raw
 
     def _received(self, queue_id: str) -> bytes:
         proto = "ESMTP" if self.esmtp else "SMTP"
@@ -402,14 +593,22 @@ class _Session(asyncio.Protocol):
     async def _upgrade(self, context: ssl.SSLContext) -> None:
         assert self.transport is not None
         try:
-            transport = await asyncio.get_running_loop().start_tls(self.transport, self, context, server_side=True)
-        except (OSError, ssl.SSLError):
+            transport = await asyncio.get_running_loop().start_tls(
+                self.transport,
+                self,
+                context,
+                server_side=True,
+                ssl_handshake_timeout=self.server.settings.tls_handshake_timeout,
+            )
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError):
             self.close(None)
             return
         assert transport is not None
         self.transport = transport
         self.secure = True
         self.helo = None
+        self.line_handler = None
+        self.hooks.tls_started()
         self.reset()
         self.buf.clear()
         self.busy = False
@@ -432,6 +631,23 @@ class _Session(asyncio.Protocol):
         self.sender = None
         self.declared_size = None
         self.recipients = []
+        self.envelope = []
+
+    def run(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run a hook's asynchronous step with input held, then go on with buffered commands."""
+        self.busy = True
+        self.server.tasks.spawn(self._run(work))
+
+    async def _run(self, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except Exception:
+            log.exception("a session step failed")
+            self.reply(R.TEMP_FAILURE)
+        finally:
+            self.busy = False
+            if self.transport is not None:
+                self.pump()
 
     def close(self, text: str | None) -> None:
         if text is not None:
@@ -440,19 +656,25 @@ class _Session(asyncio.Protocol):
             self.transport.close()
             self.transport = None
 
-    def _arm_idle(self) -> None:
-        self.idle_timer = asyncio.get_running_loop().call_later(60.0, self._check_idle)
+    def _arm_idle(self, delay: float) -> None:
+        self.idle_timer = asyncio.get_running_loop().call_later(delay, self._check_idle)
 
     def _check_idle(self) -> None:
         if self.transport is None:
             return
-        if not self.delivering and time.monotonic() - self.last_activity > IDLE_TIMEOUT:
+        timeout = self.server.settings.smtp_idle_timeout
+        left = self.last_activity + timeout - time.monotonic()
+        if left <= 0 and not self.delivering:
             self.close(R.IDLE_TIMEOUT)
             return
-        self._arm_idle()
+        self._arm_idle(max(left, timeout / 10))
 
     declared_size: int | None = None
+    queue_id = ""
 
+
+# The session as listener hooks see it (its replies, state and `run`).
+Session = _Session
 
 _COMMANDS = {
     "EHLO": _Session.do_ehlo,
@@ -467,6 +689,18 @@ _COMMANDS = {
     "QUIT": _Session.do_quit,
     "STARTTLS": _Session.do_starttls,
 }
+
+
+def _unstuff(message: bytearray) -> bytes:
+    """The stored bytes of a DATA buffer: one copy, with dot-stuffing undone (RFC 5321 4.5.2).
+
+    The buffer is emptied as soon as it is copied, so a message is held twice only for a moment.
+    """
+    raw = bytes(message)
+    message.clear()
+    if b"\r\n." in raw:
+        raw = raw.replace(b"\r\n.", b"\r\n")
+    return raw
 
 
 def _path(arg: str, keyword: str) -> tuple[str, list[str]] | None:
