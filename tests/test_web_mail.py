@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
+import smtplib
 import threading
 from collections.abc import Iterator
 from email.message import EmailMessage
@@ -307,3 +308,71 @@ async def test_a_huge_message_stays_fast(start_web: StartWeb) -> None:
     await expect(page.get_by_text("The text is cut here")).to_be_visible()
     size = await page.evaluate("document.documentElement.outerHTML.length")
     assert size < 1_000_000, size
+
+
+def submit_to_sandbox(port: int, username: str, token: str, message: EmailMessage, to: list[str]) -> None:
+    with smtplib.SMTP("127.0.0.1", port, timeout=30) as client:
+        client.login(username, token)
+        client.sendmail("app@example.com", to, message.as_bytes())
+
+
+async def test_sandbox_page_catches_live_with_envelope(start_web: StartWeb) -> None:
+    web = await start_web()
+    user = await web.user("gil@example.test")
+    token = (await web.services.users.create_token(user, "app")).value
+    page = await web.new_page()
+    await web.sign_in(page, "gil@example.test")
+    await page.get_by_role("link", name="Sandbox").click()
+    await expect(page.get_by_role("heading", name="SMTP sandbox")).to_be_visible()
+    info = await web.services.sandboxes.info(user)
+    await expect(page.locator("#sandbox-username")).to_have_text(info.smtp.username)
+    await expect(page.locator(".snippet").first).to_contain_text(f'smtp.login("{info.smtp.username}"')
+    await expect(page.locator("#live-status")).to_have_text("Live")
+    await web.screenshot(page, "sandbox-empty")
+
+    msg = EmailMessage()
+    msg["From"] = "app@example.com"
+    msg["To"] = "a@outside.example, b@outside.example"
+    msg["Subject"] = "Welcome to the app"
+    msg.set_content("Hi there.")
+    recipients = ["a@outside.example", "b@outside.example", "hidden@outside.example"]
+    await asyncio.to_thread(submit_to_sandbox, info.smtp.port, info.smtp.username, token, msg, recipients)
+    row = page.get_by_role("row", name=re.compile("Welcome to the app"))
+    await expect(row).to_be_visible(timeout=5000)
+    await web.screenshot(page, "sandbox")
+    await row.get_by_role("link").click()
+    await expect(page.get_by_text(", ".join(recipients))).to_be_visible()
+
+    free = await web.user("hal@example.test", plan="free")
+    assert free.plan == "free"
+    other = await web.new_page()
+    await web.sign_in(other, "hal@example.test")
+    await expect(other.get_by_role("link", name="Sandbox")).to_have_count(0)
+    response = await other.goto("/sandbox")
+    assert response is not None and response.status == 403
+
+
+async def test_search_box_filters_the_inbox(start_web: StartWeb) -> None:
+    web = await start_web()
+    await web.user("ida@example.test")
+    page = await web.new_page()
+    await web.sign_in(page, "ida@example.test")
+    address = await new_mailbox(web, page, "ida")
+    await send(web, address, rich_message(address, "Invoice for November"))
+    await send(web, address, rich_message(address, "Team lunch on Friday"))
+    await expect(page.get_by_role("row", name=re.compile("Team lunch"))).to_be_visible(timeout=5000)
+    inbox_url = page.url
+    for _ in range(40):  # the full-text index is filled off the SMTP path, within about 2 s
+        await page.goto(f"{inbox_url}?q=lunch")
+        if await page.get_by_role("row", name=re.compile("Team lunch")).count():
+            break
+        await asyncio.sleep(0.25)
+    await expect(page.get_by_role("row", name=re.compile("Team lunch"))).to_be_visible()
+    await expect(page.get_by_role("row", name=re.compile("Invoice"))).to_have_count(0)
+    await expect(page.get_by_role("searchbox")).to_have_value("lunch")
+    await web.screenshot(page, "inbox-search")
+    await page.get_by_role("searchbox").fill("nothingmatches")
+    await page.get_by_role("button", name="Search").click()
+    await expect(page.get_by_text("No message matches “nothingmatches”.")).to_be_visible()
+    await page.get_by_role("link", name="Clear").click()
+    await expect(page.get_by_role("row", name=re.compile("Invoice"))).to_be_visible()

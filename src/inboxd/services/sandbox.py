@@ -24,10 +24,20 @@ from functools import partial
 from inboxd.config import Settings
 from inboxd.errors import DuplicateKey, Forbidden, InvalidRequest, MessageRejected, Unauthorized
 from inboxd.mail.addresses import header_recipients
-from inboxd.model import AttachmentContent, Mailbox, MessageDetail, Sandbox, SandboxMessage, User
+from inboxd.model import (
+    NO_FILTER,
+    AttachmentContent,
+    Mailbox,
+    MessageDetail,
+    MessageFilter,
+    Sandbox,
+    SandboxMessage,
+    User,
+)
 from inboxd.services.credentials import API_TOKEN_PREFIX, MailboxTokens, hash_token
 from inboxd.services.ingest import Recipient
 from inboxd.services.messages import MessageService
+from inboxd.store import mailboxes as mailbox_store
 from inboxd.store import sandboxes as store
 from inboxd.store import users as user_store
 from inboxd.store.db import Database, Tx
@@ -208,15 +218,23 @@ class SandboxService:
 
     # Reading and deleting captured mail -------------------------------------------------------
 
+    async def is_sandbox(self, mailbox: Mailbox) -> bool:
+        """Whether this mailbox is a sandbox (its messages then have envelope recipients)."""
+        return await self._db.read(partial(mailbox_store.is_sandbox, mailbox_id=mailbox.id))
+
     async def _mailbox(self, user: User) -> Mailbox:
         _require_pro(user)
         return (await self.of(user)).mailbox
 
-    async def page(self, user: User, page: int) -> list[SandboxMessage]:
+    async def page(self, user: User, page: int, flt: MessageFilter = NO_FILTER) -> list[SandboxMessage]:
         if page < 1:
             raise InvalidRequest("`page` must be an integer of at least 1.")
         mailbox = await self._mailbox(user)
-        return await self._db.read(partial(store.page, mailbox_id=mailbox.id, page=page, now=self._clock()))
+        return await self._db.read(partial(store.page, mailbox_id=mailbox.id, page=page, now=self._clock(), flt=flt))
+
+    async def mailbox(self, user: User) -> Mailbox:
+        """The sandbox's mailbox (made on first use): what a wait listens on."""
+        return await self._mailbox(user)
 
     async def detail(self, user: User, message_id: str) -> SandboxDetail:
         mailbox = await self._mailbox(user)

@@ -19,7 +19,8 @@ from starlette.routing import Route
 
 from inboxd.errors import InvalidRequest
 from inboxd.mail.html_view import content_security_policy
-from inboxd.model import Mailbox, Principal
+from inboxd.model import NO_FILTER, Mailbox, Principal
+from inboxd.services.filters import parse_filter
 from inboxd.web.pages import WebCall, page, redirect, render
 
 # Bodies longer than this are cut on the page, with a link to the whole message: a 25 MB text part
@@ -122,12 +123,21 @@ async def reset_password(request: Request, call: WebCall) -> Response:
     return redirect(f"/mailboxes/{mailbox.id}?notice=password_reset")
 
 
-async def _inbox_context(request: Request, call: WebCall) -> dict[str, Any]:
-    mailbox = await _mailbox(call, request)
+async def _inbox_context(request: Request, call: WebCall, mailbox: Mailbox | None = None) -> dict[str, Any]:
+    mailbox = mailbox or await _mailbox(call, request)
     number = _page_number(request)
-    messages = await call.services.messages.page(mailbox, number)
+    # The search box sends `q` (full text); the list takes every filter of the API's message lists.
+    flt = parse_filter(request.query_params)
+    messages = await call.services.messages.page(mailbox, number, flt)
     unread = (await call.services.messages.unread_counts([mailbox])).get(mailbox.id, 0)
-    return {"mailbox": mailbox, "messages": messages, "page_number": number, "unread": unread}
+    return {
+        "mailbox": mailbox,
+        "messages": messages,
+        "page_number": number,
+        "unread": unread,
+        "q": request.query_params.get("q", ""),
+        "filtered": flt != NO_FILTER,
+    }
 
 
 @page()
@@ -152,6 +162,14 @@ async def inbox_rows(request: Request, call: WebCall) -> Response:
 
 
 @page()
+async def sandbox(request: Request, call: WebCall) -> Response:
+    """The SMTP sandbox: its settings and snippets, and what it caught, listed like any mailbox."""
+    info = await call.services.sandboxes.info(call.user)
+    context = await _inbox_context(request, call, info.sandbox.mailbox)
+    return render(request, call, "sandbox.html", **context, info=info)
+
+
+@page()
 async def live_token(request: Request, call: WebCall) -> Response:
     """A mailbox token for this page's WebSocket; POST with the CSRF token, so no other site gets one."""
     token = await call.services.mailboxes.live_token(_principal(call), request.path_params["mailbox"])
@@ -167,6 +185,9 @@ async def message(request: Request, call: WebCall) -> Response:
     tab = request.query_params.get("tab", "html" if detail.html_body else "text")
     if tab not in TABS:
         tab = "text"
+    envelope: tuple[str, ...] = ()
+    if await services.sandboxes.is_sandbox(mailbox):
+        envelope = (await services.sandboxes.detail(call.user, message_id)).recipients
     if not detail.summary.is_read:
         await services.messages.mark_read(mailbox, message_id)
     source = ""
@@ -190,6 +211,7 @@ async def message(request: Request, call: WebCall) -> Response:
         remote=remote,
         html_src=f"{base}/html" + ("?" + urlencode({"remote": "1"}) if remote else ""),
         base=base,
+        envelope=envelope,
         # TODO(testkit): the detail gains to, cc and headers; until it lands on main they read as empty.
         to_line=getattr(detail, "to", ""),
         cc_line=getattr(detail, "cc", ""),
@@ -271,6 +293,7 @@ async def delete_message(request: Request, call: WebCall) -> Response:
 
 
 routes = [
+    Route("/sandbox", sandbox, methods=["GET"]),
     Route("/mailboxes", mailboxes, methods=["GET"]),
     Route("/mailboxes", create_mailbox, methods=["POST"]),
     Route("/mailboxes/{mailbox}", inbox, methods=["GET"]),
