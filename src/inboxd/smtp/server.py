@@ -552,7 +552,8 @@ class _Session(asyncio.Protocol):
         proto = "ESMTP" if self.esmtp else "SMTP"
         if self.secure:
             proto += "S"
-        single = f"\r\n\tfor <{self.recipients[0].mailbox.address}>" if len(self.recipients) == 1 else ""
+        # RFC 5321 4.4: the recipient path as sent, when there is exactly one (never the sandbox's own address).
+        single = f"\r\n\tfor <{self.envelope[0]}>" if len(self.envelope) == 1 else ""
         stamp = format_datetime(datetime.now(UTC))
         helo = (self.helo or "unknown").replace("\r", "").replace("\n", "")
         return (
