@@ -6,7 +6,7 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
-from inboxd.web import account, mail, sign_in
+from inboxd.web import account, mail, pro, sign_in
 from inboxd.web.pages import SecurityHeaders
 
 
@@ -16,5 +16,6 @@ def routes() -> list[BaseRoute]:
         *sign_in.routes,
         *account.routes,
         *mail.routes,
+        *pro.routes,
         Mount("/static", app=static, name="static", middleware=[Middleware(SecurityHeaders)]),
     ]
