@@ -5,11 +5,14 @@ account, 403 `access_denied` for a mailbox token.
 
 from __future__ import annotations
 
+from functools import partial
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from inboxd.api import schemas
+from inboxd.api.filters import FILTER_QUERY, WAIT_DESCRIPTION, WAIT_QUERY, message_filter, wait_response, wait_timeout
 from inboxd.api.http import Call, endpoint, int_query, json_response, no_content
 from inboxd.api.messages import content_disposition
 from inboxd.api.openapi import Query, describe
@@ -33,13 +36,32 @@ async def get_sandbox(request: Request, call: Call) -> Response:
     "List captured messages",
     tag="sandbox",
     response=schemas.SandboxPage,
-    query=(Query("page", int, "Page number, 30 messages a page, newest first.", minimum=1),),
+    query=(Query("page", int, "Page number, 30 messages a page, newest first.", minimum=1), *FILTER_QUERY),
 )
 @pro
 async def list_messages(request: Request, call: Call) -> Response:
     page = int_query(request, "page", 1)
-    items = await call.services.sandboxes.page(call.principal.user, page)
+    flt = message_filter(request)
+    items = await call.services.sandboxes.page(call.principal.user, page, flt)
     return json_response(schemas.SandboxPage(messages=[schemas.sandbox_item(m) for m in items], page=page))
+
+
+@describe(
+    "Wait for a captured message",
+    tag="sandbox",
+    description=WAIT_DESCRIPTION + " `to` also matches the envelope recipients.",
+    response=schemas.SandboxDetailOut,
+    query=WAIT_QUERY,
+    errors=(408, 503),
+    extension=True,
+)
+@pro
+async def wait_message(request: Request, call: Call) -> Response:
+    flt, timeout = message_filter(request), wait_timeout(request)
+    user, sandboxes = call.principal.user, call.services.sandboxes
+    mailbox = await sandboxes.mailbox(user)
+    waiting = call.services.waits.wait_for(mailbox, flt, within=timeout, read=partial(sandboxes.detail, user))
+    return await wait_response(request, waiting, schemas.sandbox_detail)
 
 
 @describe("Delete every captured message", tag="sandbox", response=schemas.Deleted)
@@ -111,6 +133,7 @@ routes = [
     Route(_BASE, get_sandbox, methods=["GET"]),
     Route(f"{_BASE}/messages", list_messages, methods=["GET"]),
     Route(f"{_BASE}/messages", purge_messages, methods=["DELETE"]),
+    Route(f"{_BASE}/messages/wait", wait_message, methods=["GET"]),
     Route(_BASE + "/messages/{id}", get_message, methods=["GET"]),
     Route(_BASE + "/messages/{id}", delete_message, methods=["DELETE"]),
     Route(_BASE + "/messages/{id}/source", get_source, methods=["GET"]),

@@ -24,7 +24,16 @@ from functools import partial
 from inboxd.config import Settings
 from inboxd.errors import DuplicateKey, Forbidden, InvalidRequest, MessageRejected, Unauthorized
 from inboxd.mail.addresses import header_recipients
-from inboxd.model import AttachmentContent, Mailbox, MessageDetail, Sandbox, SandboxMessage, User
+from inboxd.model import (
+    NO_FILTER,
+    AttachmentContent,
+    Mailbox,
+    MessageDetail,
+    MessageFilter,
+    Sandbox,
+    SandboxMessage,
+    User,
+)
 from inboxd.services.credentials import API_TOKEN_PREFIX, MailboxTokens, hash_token
 from inboxd.services.ingest import Recipient
 from inboxd.services.messages import MessageService
@@ -217,11 +226,15 @@ class SandboxService:
         _require_pro(user)
         return (await self.of(user)).mailbox
 
-    async def page(self, user: User, page: int) -> list[SandboxMessage]:
+    async def page(self, user: User, page: int, flt: MessageFilter = NO_FILTER) -> list[SandboxMessage]:
         if page < 1:
             raise InvalidRequest("`page` must be an integer of at least 1.")
         mailbox = await self._mailbox(user)
-        return await self._db.read(partial(store.page, mailbox_id=mailbox.id, page=page, now=self._clock()))
+        return await self._db.read(partial(store.page, mailbox_id=mailbox.id, page=page, now=self._clock(), flt=flt))
+
+    async def mailbox(self, user: User) -> Mailbox:
+        """The sandbox's mailbox (made on first use): what a wait listens on."""
+        return await self._mailbox(user)
 
     async def detail(self, user: User, message_id: str) -> SandboxDetail:
         mailbox = await self._mailbox(user)

@@ -73,15 +73,14 @@ async def charge(tx: Tx, mailbox_id: str, size: int) -> bool:
 async def page(
     tx: Tx, mailbox_id: str, *, page: int, now: float, flt: MessageFilter = NO_FILTER, size: int = PAGE_SIZE
 ) -> list[MessageSummary]:
-    join, extra, args = search.conditions(tx.dialect, flt)
-    where = " AND ".join(["m.mailbox_id = ?", "m.deleted = 0", "m.expires_at > ?", *extra])
+    q = await search.query(tx, mailbox_id, flt)
+    where = " AND ".join([*q.where, "m.mailbox_id = ?", "m.deleted = 0", "m.expires_at > ?"])
     columns = ", ".join(f"m.{c}" for c in COLUMNS.split(", "))
     rows = await tx.fetch(
-        f"SELECT {columns} FROM messages m{join} WHERE {where} "
-        f"ORDER BY m.created_at DESC, m.id DESC LIMIT {int(size)} OFFSET ?",
+        f"SELECT {columns} FROM {q.source} WHERE {where} ORDER BY {q.order} LIMIT {int(size)} OFFSET ?",
+        *q.args,
         mailbox_id,
         now,
-        *args,
         (page - 1) * size,
     )
     return [summary_from(r) for r in rows]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from inboxd.model import Mailbox, Sandbox, SandboxMessage
+from inboxd.model import NO_FILTER, Mailbox, MessageFilter, Sandbox, SandboxMessage
 from inboxd.store import mailboxes as mailbox_store
 from inboxd.store import messages as message_store
 from inboxd.store import search
@@ -60,10 +60,15 @@ def _message(row: Row) -> SandboxMessage:
 _COLUMN_LIST = MESSAGE_COLUMNS.split(",")
 
 
-async def page(tx: Tx, mailbox_id: str, *, page: int, now: float) -> list[SandboxMessage]:
+async def page(
+    tx: Tx, mailbox_id: str, *, page: int, now: float, flt: MessageFilter = NO_FILTER
+) -> list[SandboxMessage]:
+    q = await search.query(tx, mailbox_id, flt)
+    where = " AND ".join([*q.where, "m.mailbox_id = ?", "m.deleted = 0", "m.expires_at > ?"])
+    columns = ", ".join(f"m.{c.strip()}" for c in _COLUMN_LIST)
     rows = await tx.fetch(
-        f"SELECT {MESSAGE_COLUMNS}, envelope FROM messages WHERE mailbox_id = ? AND deleted = 0 AND expires_at > ? "
-        f"ORDER BY created_at DESC, id DESC LIMIT {PAGE_SIZE} OFFSET ?",
+        f"SELECT {columns}, m.envelope FROM {q.source} WHERE {where} ORDER BY {q.order} LIMIT {PAGE_SIZE} OFFSET ?",
+        *q.args,
         mailbox_id,
         now,
         (page - 1) * PAGE_SIZE,
