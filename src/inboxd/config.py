@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
@@ -100,6 +100,13 @@ class Settings(BaseSettings):
     max_recipients: int = 100
     max_body_size: int = 1024 * 1024
     log_level: str = "info"
+
+    # Operating inboxd (README "Operating inboxd"): log format, the metrics token, the free-space
+    # guard, and plain-HTTP webhooks for local development.
+    log_format: Literal["text", "json"] = "text"
+    metrics_token: str = ""
+    min_free_bytes: int = 100 * 1000 * 1000
+    webhook_allow_http: bool = False
 
     @field_validator("public_domains", "pro_only_domains", "dns_nameservers", mode="before")
     @classmethod

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from inboxd.config import Settings
 from inboxd.events import EventBus
 from inboxd.services.credentials import MailboxTokens
 from inboxd.services.domains import DomainService
+from inboxd.services.export import ExportService
 from inboxd.services.ingest import IngestService
 from inboxd.services.limits import Admission
 from inboxd.services.mailboxes import MailboxService
 from inboxd.services.messages import MessageService
 from inboxd.services.profile import ProfileService
+from inboxd.services.space import SpaceGuard, disabled
 from inboxd.services.users import UserService
 from inboxd.services.webhooks import WebhookService
 
@@ -32,3 +34,6 @@ class Services:
     domains: DomainService
     profiles: ProfileService
     webhooks: WebhookService
+    exports: ExportService
+    # The free-space guard (INBOXD_MIN_FREE_BYTES): API writes answer 507 while space is low.
+    space: SpaceGuard = field(default_factory=disabled)

@@ -20,6 +20,7 @@ IDLE_TIMEOUT = "421 4.4.2 Idle timeout, closing connection"
 TOO_MANY_ERRORS = "421 4.7.0 Too many errors, closing connection"
 TEMP_FAILURE = "451 4.3.0 Temporary storage failure, try again later"
 TOO_MANY_RECIPIENTS = "452 4.5.3 Too many recipients"
+INSUFFICIENT_STORAGE = "452 4.3.1 Insufficient system storage, try again later"
 
 LINE_TOO_LONG = "500 5.5.2 Line too long"
 UNRECOGNIZED = "500 5.5.2 Command unrecognized"

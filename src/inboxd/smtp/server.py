@@ -29,7 +29,9 @@ from typing import cast
 
 from inboxd.config import Settings
 from inboxd.errors import InboxdError
+from inboxd.metrics import Metrics
 from inboxd.services.ingest import IngestService, Recipient
+from inboxd.services.space import SpaceGuard
 from inboxd.smtp import replies as R
 from inboxd.tasks import TaskSet
 
@@ -45,10 +47,20 @@ TERMINATOR = b"\r\n.\r\n"
 class SmtpServer:
     """Listens, tracks sessions, and stops them in order (deliveries in flight finish first)."""
 
-    def __init__(self, ingest: IngestService, *, settings: Settings, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        ingest: IngestService,
+        *,
+        settings: Settings,
+        tls: ssl.SSLContext | None = None,
+        metrics: Metrics | None = None,
+        space: SpaceGuard | None = None,
+    ) -> None:
         self.ingest = ingest
         self.settings = settings
         self.tls = tls
+        self.metrics = metrics or Metrics()
+        self.space = space
         self.hostname = settings.resolved_smtp_hostname
         self.sessions: set[_Session] = set()
         self.closing = False
@@ -120,6 +132,8 @@ class _Session(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if peer else "unknown"
         self.server.sessions.add(self)
+        self.server.metrics.smtp_connections.inc()
+        self.server.metrics.smtp_sessions.inc()
         if self.server.closing:
             self.close(R.SHUTTING_DOWN)
             return
@@ -127,6 +141,8 @@ class _Session(asyncio.Protocol):
         self._arm_idle()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self in self.server.sessions:
+            self.server.metrics.smtp_sessions.dec()
         self.server.sessions.discard(self)
         self.transport = None
         if self.idle_timer is not None:
@@ -248,6 +264,8 @@ class _Session(asyncio.Protocol):
         if self.sender is not None:
             self.error(R.NESTED_MAIL)
             return
+        if self._short_of_space(stage="MAIL"):
+            return
         parsed = _path(arg, "FROM:")
         if parsed is None:
             self.error(R.SYNTAX_ERROR)
@@ -323,6 +341,9 @@ class _Session(asyncio.Protocol):
         if arg:
             self.error(R.SYNTAX_ERROR)
             return
+        if self._short_of_space(stage="DATA"):
+            self.reset()
+            return
         self.reply(R.START_DATA)
         self.in_data = True
         self.overflow = False
@@ -330,31 +351,71 @@ class _Session(asyncio.Protocol):
         self.scan = 0
 
     async def _deliver(self, stuffed: bytes) -> None:
+        started = time.perf_counter()
+        size = len(stuffed)
+        answer = R.TEMP_FAILURE
         try:
             if self.overflow:
-                self.reply(R.TOO_BIG)
+                answer = R.TOO_BIG
                 return
             # Undo dot-stuffing: a line that starts with a dot lost its first dot in transit.
             body = (b"\r\n" + stuffed).replace(b"\r\n.", b"\r\n")[2:]
-            if len(body) > self.server.settings.max_message_size:
-                self.reply(R.TOO_BIG)
+            size = len(body)
+            if size > self.server.settings.max_message_size:
+                answer = R.TOO_BIG
                 return
             assert self.sender is not None
             queue_id = uuid.uuid4().hex[:16]
             raw = self._received(queue_id) + body
             await self.server.ingest.deliver(sender=self.sender, recipients=self.recipients, raw=raw)
-            self.reply(R.QUEUED.format(id=queue_id))
+            answer = R.QUEUED.format(id=queue_id)
         except InboxdError as exc:
-            self.reply(R.reply_for(exc))
+            answer = R.reply_for(exc)
         except Exception:
             log.exception("delivery failed")
-            self.reply(R.TEMP_FAILURE)
         finally:
+            self.reply(answer)
+            self._record(answer, size=size, seconds=time.perf_counter() - started)
             self.reset()
             self.delivering = False
             self.busy = False
             if self.transport is not None:
                 self.pump()
+
+    def _short_of_space(self, *, stage: str) -> bool:
+        """Answer 452 when free space is under INBOXD_MIN_FREE_BYTES (the sender retries later)."""
+        space = self.server.space
+        if space is None or not space.low():
+            return False
+        self.reply(R.INSUFFICIENT_STORAGE)
+        self._record(R.INSUFFICIENT_STORAGE, size=0, seconds=0.0, stage=stage)
+        return True
+
+    def _record(self, answer: str, *, size: int, seconds: float, stage: str = "DATA") -> None:
+        """The transaction's metrics and its one log line (never the message, never AUTH)."""
+        code = answer[:3]
+        outcome = "accepted" if code == "250" else "deferred" if code[0] == "4" else "rejected"
+        metrics = self.server.metrics
+        metrics.smtp_transactions.labels(outcome, code).inc()
+        if outcome == "accepted":
+            metrics.smtp_bytes.inc(size)
+            metrics.smtp_ingest.observe(seconds)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "smtp transaction %s",
+                outcome,
+                extra={
+                    "fields": {
+                        "client": self.peer,
+                        "from": self.sender if self.sender is not None else "-",
+                        "mailbox": ",".join(r.mailbox.address for r in self.recipients) or "-",
+                        "size": size,
+                        "stage": stage,
+                        "reply": answer,
+                        "ms": round(seconds * 1000, 2),
+                    }
+                },
+            )
 
     def _received(self, queue_id: str) -> bytes:
         proto = "ESMTP" if self.esmtp else "SMTP"
