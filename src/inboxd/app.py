@@ -41,12 +41,14 @@ from inboxd.services.profile import ProfileService
 from inboxd.services.registry import Services
 from inboxd.services.space import SpaceGuard
 from inboxd.services.users import UserService
+from inboxd.services.waits import WaitService
 from inboxd.services.webhooks import WebhookService
 from inboxd.smtp.server import SmtpServer
 from inboxd.store import migrate
 from inboxd.store import users as user_store
 from inboxd.store import webhooks as webhook_store
 from inboxd.store.db import Database, PostgresDatabase, SqliteDatabase
+from inboxd.worker.indexer import SearchIndexer
 from inboxd.worker.sender import WebhookSender
 from inboxd.worker.sweeper import Sweeper
 from inboxd.worker.webhooks import WebhookWorker
@@ -94,6 +96,7 @@ class Inboxd:
         self._http_sock: socket.socket | None = None
         self._workers: list[Sweeper] = []
         self._webhook_worker: WebhookWorker | None = None
+        self._indexer: SearchIndexer | None = None
         self._stack = contextlib.AsyncExitStack()
         self.metrics = Metrics()
 
@@ -153,6 +156,10 @@ class Inboxd:
         services.ingest.on_jobs_queued(webhooks.wake)
         webhooks.start()
         stack.push_async_callback(webhooks.stop)
+        self._indexer = indexer = SearchIndexer(db, bus)
+        services.ingest.on_stored(indexer.wake)
+        indexer.start()
+        stack.push_async_callback(indexer.stop)
         self._smtp = smtp = SmtpServer(
             services.ingest, settings=settings, tls=self._smtp_tls(), metrics=self.metrics, space=services.space
         )
@@ -174,6 +181,7 @@ class Inboxd:
         )
         mailbox_tokens = MailboxTokens(key, ttl=settings.mailbox_token_ttl)
         mailboxes = MailboxService(db, settings=settings, tokens=mailbox_tokens, clock=clock, bus=bus)
+        messages = MessageService(db, clock=clock)
         counters = (
             RedisCounters.from_url(settings.redis_url, prefix=settings.redis_prefix)
             if settings.redis_url
@@ -184,7 +192,7 @@ class Inboxd:
             clock=clock,
             users=UserService(db, clock=clock),
             mailboxes=mailboxes,
-            messages=MessageService(db, clock=clock),
+            messages=messages,
             ingest=IngestService(
                 db, settings=settings, bus=bus, clock=clock, public_domains=mailboxes.is_public_domain
             ),
@@ -199,6 +207,7 @@ class Inboxd:
             ),
             profiles=ProfileService(db, settings=settings),
             webhooks=WebhookService(db, settings=settings, clock=clock),
+            waits=WaitService(messages, bus),
             exports=ExportService(db, clock=clock),
             space=self._space_guard(),
         )
@@ -291,6 +300,8 @@ class Inboxd:
         await stack.aclose()
 
     async def _stop_http(self) -> None:
+        if self._services is not None:
+            self._services.waits.close()  # open waits answer now instead of holding the shutdown
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             with contextlib.suppress(Exception):

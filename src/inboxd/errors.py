@@ -6,10 +6,12 @@
     ├── Forbidden                    403 access_denied / pro_required / *_limit_reached
     ├── NotFound                     404 not_found
     ├── MethodNotAllowed             405 method_not_allowed
+    ├── WaitTimeout                  408 timeout (no matching message within a wait's timeout)
     ├── Conflict                     409 address_taken / domain_already_exists
     ├── Gone                         410 expired / domain_expired
     ├── PayloadTooLarge              413 payload_too_large
     ├── RateLimited                  429 rate_limit_exceeded / ops_quota_exceeded
+    ├── Unavailable                  503 unavailable (the server is stopping)
     └── StorageError                 500 a fault of the database (SMTP answers 451)
         ├── DuplicateKey             409 a unique key taken (services turn it into their Conflict)
         └── InsufficientStorage      507 insufficient_storage: the disk or database is full (SMTP 451)
@@ -65,6 +67,12 @@ class MethodNotAllowed(InboxdError):
     default_message = "That method is not allowed on this path."
 
 
+class WaitTimeout(InboxdError):
+    status = 408
+    code = "timeout"
+    default_message = "No matching message arrived within the timeout."
+
+
 class Conflict(InboxdError):
     status = 409
     code = "conflict"
@@ -91,6 +99,12 @@ class RateLimited(InboxdError):
     def __init__(self, message: str | None = None, *, code: str | None = None, retry_after: float = 1.0) -> None:
         super().__init__(message, code=code)
         self.retry_after = retry_after
+
+
+class Unavailable(InboxdError):
+    status = 503
+    code = "unavailable"
+    default_message = "The server is stopping; try again."
 
 
 class StorageError(InboxdError):

@@ -5,6 +5,8 @@ Each event is serialized once, whatever the number of listeners; listeners recei
 text. `LocalBus` fans out inside one process; `RedisBus` (in `events_redis.py`) carries frames
 across processes.
 
+It also tells waits (`services/waits.py`) when messages of a mailbox entered the search index.
+
 The bus also carries revocations: a password reset (or a deletion) announces the mailbox's new
 password generation, and every open WebSocket authenticated with an older one closes, in this
 process and, through Redis, in every other.
@@ -67,6 +69,14 @@ class EventBus(Protocol):
         """Call `listener()` after the bus may have missed revocations (a lost Redis came back)."""
         ...
 
+    async def indexed(self, mailbox_ids: Sequence[str]) -> None:
+        """Announce that new messages of these mailboxes entered the search index."""
+        ...
+
+    def on_indexed(self, mailbox_id: str, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call `listener()` when messages of the mailbox enter the search index; returns the unsubscribe."""
+        ...
+
     async def claim_slot(self, mailbox_id: str, cap: int) -> str | None:
         """Take one of the mailbox's `cap` WebSocket slots counted across processes: a slot id to
         release later ("" when only this process counts), or None when every slot is taken."""
@@ -82,6 +92,7 @@ class Fanout:
         self._listeners: defaultdict[str, set[Listener]] = defaultdict(set)
         self._revoke_listeners: defaultdict[str, set[RevokeListener]] = defaultdict(set)
         self._resync_listeners: list[Callable[[], None]] = []
+        self._index_listeners: defaultdict[str, set[Callable[[], None]]] = defaultdict(set)
 
     def on_resync(self, listener: Callable[[], None]) -> None:
         self._resync_listeners.append(listener)
@@ -102,6 +113,18 @@ class Fanout:
 
     def has_listeners(self, mailbox_id: str) -> bool:
         return mailbox_id in self._listeners
+
+    def on_indexed(self, mailbox_id: str, listener: Callable[[], None]) -> Callable[[], None]:
+        return _add(self._index_listeners, mailbox_id, listener)
+
+    def deliver_indexed(self, mailbox_id: str) -> None:
+        for listener in tuple(self._index_listeners.get(mailbox_id, ())):
+            listener()
+
+    def listener_count(self) -> int:
+        """Every mail, revocation and index listener held, over all mailboxes."""
+        registries = (self._listeners, self._revoke_listeners, self._index_listeners)
+        return sum(len(items) for registry in registries for items in registry.values())
 
     def deliver(self, mailbox_id: str, frame: str) -> None:
         for listener in tuple(self._listeners.get(mailbox_id, ())):
@@ -124,6 +147,10 @@ class LocalBus(Fanout):
 
     async def revoke(self, mailbox_id: str, password_gen: int) -> None:
         self.deliver_revoke(mailbox_id, password_gen)
+
+    async def indexed(self, mailbox_ids: Sequence[str]) -> None:
+        for mailbox_id in mailbox_ids:
+            self.deliver_indexed(mailbox_id)
 
     async def claim_slot(self, mailbox_id: str, cap: int) -> str | None:
         return ""  # one process: the WebSocket hub's own count is the whole count

@@ -3,9 +3,10 @@
 Every process subscribes once, to one channel (`<prefix>events`), and filters by mailbox locally;
 so a process costs Redis one subscription however many mailboxes its clients watch. A message is
 `<origin> <kind> <mailbox id> <payload>`: kind `m` carries a `new_email` frame (serialized once,
-by the publishing process), kind `r` a revocation's password generation. The publishing process
-delivers to its own listeners at once and skips its own messages when they come back, so local
-latency never includes a Redis round trip.
+by the publishing process), kind `r` a revocation's password generation, kind `i` that mail of
+the mailbox entered the search index. The publishing process delivers to its own listeners at
+once and skips its own messages when they come back, so local latency never includes a Redis
+round trip.
 
 Publishing never blocks ingest: messages go to a bounded outbox that one task sends in pipelined
 batches; while Redis is down the oldest are dropped once the outbox is full (pub/sub keeps
@@ -41,6 +42,7 @@ from inboxd.tasks import cancel_and_wait
 log = logging.getLogger("inboxd.events")
 MAIL = b"m"
 REVOKE = b"r"
+INDEXED = b"i"
 _BATCH = 512
 SLOT_TTL = 90.0
 # Drop expired slots, then take one if fewer than the cap are held: atomic inside Redis.
@@ -101,6 +103,11 @@ class RedisBus(Fanout):
     async def revoke(self, mailbox_id: str, password_gen: int) -> None:
         self.deliver_revoke(mailbox_id, password_gen)
         self._post(REVOKE, mailbox_id, str(password_gen))
+
+    async def indexed(self, mailbox_ids: Sequence[str]) -> None:
+        for mailbox_id in mailbox_ids:
+            self.deliver_indexed(mailbox_id)
+            self._post(INDEXED, mailbox_id, "-")
 
     async def claim_slot(self, mailbox_id: str, cap: int) -> str | None:
         assert self._redis is not None
@@ -207,3 +214,5 @@ class RedisBus(Fanout):
                 self.deliver(mailbox_id, payload.decode())
         elif kind == REVOKE and payload.isdigit():
             self.deliver_revoke(mailbox_id, int(payload))
+        elif kind == INDEXED:
+            self.deliver_indexed(mailbox_id)

@@ -94,6 +94,37 @@ class MessageSummary(msgspec.Struct, frozen=True):
 
 
 @dataclass(frozen=True, slots=True)
+class Term:
+    """One word of a full-text query; `prefix` when it came with a trailing `*`."""
+
+    text: str
+    prefix: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MessageFilter:
+    """What a list or a wait keeps. Text needles are lowercased; times are Unix seconds."""
+
+    terms: tuple[Term, ...] = ()
+    from_: str = ""
+    to: str = ""
+    subject: str = ""
+    unread: bool | None = None
+    has_attachments: bool | None = None
+    since: float | None = None  # inclusive
+    until: float | None = None  # exclusive
+
+    @property
+    def needs_index(self) -> bool:
+        """Whether it reads what only the background indexer fills (full text, recipients,
+        attachments): a wait on it must also wake when the index catches up."""
+        return bool(self.terms or self.to or self.has_attachments is not None)
+
+
+NO_FILTER = MessageFilter()
+
+
+@dataclass(frozen=True, slots=True)
 class Attachment:
     index: int
     filename: str

@@ -9,6 +9,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inboxd.api import schemas
+from inboxd.api.filters import FILTER_QUERY, WAIT_DESCRIPTION, WAIT_QUERY, message_filter, wait_response, wait_timeout
 from inboxd.api.http import Call, endpoint, int_query, json_response, no_content, read_json
 from inboxd.api.openapi import Query, describe
 from inboxd.model import Mailbox
@@ -24,14 +25,32 @@ async def _mailbox(request: Request, call: Call) -> Mailbox:
     response=schemas.MessagePage,
     query=(
         Query("page", int, "Page number, 30 messages a page, newest first; fewer than 30 means the last.", minimum=1),
+        *FILTER_QUERY,
     ),
     errors=(404,),
 )
 @endpoint(mailbox_token=True)
 async def list_messages(request: Request, call: Call) -> Response:
     page = int_query(request, "page", 1)
-    items = await call.services.messages.page(await _mailbox(request, call), page)
+    flt = message_filter(request)
+    items = await call.services.messages.page(await _mailbox(request, call), page, flt)
     return json_response(schemas.MessagePage(messages=[schemas.message_item(m) for m in items], page=page))
+
+
+@describe(
+    "Wait for a message",
+    tag="messages",
+    description=WAIT_DESCRIPTION,
+    response=schemas.MessageDetailOut,
+    query=WAIT_QUERY,
+    errors=(404, 408, 503),
+    extension=True,
+)
+@endpoint(mailbox_token=True)
+async def wait_message(request: Request, call: Call) -> Response:
+    flt, timeout = message_filter(request), wait_timeout(request)
+    mailbox = await _mailbox(request, call)
+    return await wait_response(request, call.services.waits.wait(mailbox, flt, within=timeout))
 
 
 @describe(
@@ -134,6 +153,7 @@ _BASE = "/api/accounts/{mailbox}/messages"
 routes = [
     Route(_BASE, list_messages, methods=["GET"]),
     Route(f"{_BASE}/read", mark_many_read, methods=["PUT"]),
+    Route(f"{_BASE}/wait", wait_message, methods=["GET"]),
     Route(_BASE + "/{id}", get_message, methods=["GET"]),
     Route(_BASE + "/{id}", delete_message, methods=["DELETE"]),
     Route(_BASE + "/{id}/read", mark_read, methods=["PUT"]),

@@ -34,10 +34,12 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
     401: ("invalid_token", "invalid_or_expired_token", "account_revoked"),
     403: ("access_denied",),
     404: ("not_found",),
+    408: ("timeout",),
     409: ("conflict",),
     410: ("expired",),
     413: ("payload_too_large",),
     429: ("rate_limit_exceeded", "ops_quota_exceeded"),
+    503: ("unavailable",),
     507: ("insufficient_storage",),
 }
 ERROR_TEXT = {
@@ -45,10 +47,12 @@ ERROR_TEXT = {
     401: "Missing, invalid or revoked token",
     403: "Not allowed",
     404: "Not found, or not the caller's",
+    408: "Nothing matched within the wait's timeout",
     409: "Already exists",
     410: "Expired",
     413: "Request body over the limit",
     429: "Rate limited or monthly quota used up",
+    503: "The server is stopping",
     507: "Free space under the operator's threshold",
 }
 
@@ -193,7 +197,7 @@ class _Builder:
         return {"name": name, "in": "path", "required": True, **known}
 
     def _query(self, q: Query) -> dict[str, Any]:
-        schema: dict[str, Any] = {"type": "integer" if q.type is int else "string"}
+        schema: dict[str, Any] = {"type": _QUERY_TYPES.get(q.type, "string")}
         if q.minimum is not None:
             schema["minimum"] = q.minimum
         out: dict[str, Any] = {"name": q.name, "in": "query", "required": q.required, "schema": schema}
@@ -256,6 +260,8 @@ class _Builder:
         resolved.setdefault("components", {})["schemas"] = components
         return resolved
 
+
+_QUERY_TYPES: dict[type, str] = {int: "integer", float: "number", bool: "boolean"}
 
 _CODE_STATUS = {
     "invalid_address": 400,

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inboxd.api import schemas
+from inboxd.api.filters import FILTER_QUERY, WAIT_DESCRIPTION, WAIT_QUERY, message_filter, wait_response, wait_timeout
 from inboxd.api.http import Call, endpoint, int_query, json_response, no_content, read_json
 from inboxd.api.openapi import Query, describe
 
@@ -47,15 +48,32 @@ async def list_accounts(request: Request, call: Call) -> Response:
     "List a mailbox's messages (any of the user's)",
     tag="pro",
     response=schemas.MessagePage,
-    query=(Query("page", int, "Page number, 30 messages a page.", minimum=1),),
+    query=(Query("page", int, "Page number, 30 messages a page.", minimum=1), *FILTER_QUERY),
     errors=(404,),
 )
 @pro
 async def list_account_messages(request: Request, call: Call) -> Response:
     page = int_query(request, "page", 1)
+    flt = message_filter(request)
     mailbox = await call.services.mailboxes.find(call.principal, request.path_params["id"], scope="user")
-    items = await call.services.messages.page(mailbox, page)
+    items = await call.services.messages.page(mailbox, page, flt)
     return json_response(schemas.MessagePage(messages=[schemas.message_item(m) for m in items], page=page))
+
+
+@describe(
+    "Wait for a message in any of the user's mailboxes",
+    tag="pro",
+    description=WAIT_DESCRIPTION,
+    response=schemas.MessageDetailOut,
+    query=WAIT_QUERY,
+    errors=(404, 408, 503),
+    extension=True,
+)
+@pro
+async def wait_account_message(request: Request, call: Call) -> Response:
+    flt, timeout = message_filter(request), wait_timeout(request)
+    mailbox = await call.services.mailboxes.find(call.principal, request.path_params["id"], scope="user")
+    return await wait_response(request, call.services.waits.wait(mailbox, flt, within=timeout))
 
 
 @describe("Delete any of the user's mailboxes", tag="pro", status=204, errors=(404,))
@@ -163,6 +181,7 @@ routes = [
     Route("/api/user/accounts", list_accounts, methods=["GET"]),
     Route("/api/user/accounts/{id}", delete_account, methods=["DELETE"]),
     Route("/api/user/accounts/{id}/messages", list_account_messages, methods=["GET"]),
+    Route("/api/user/accounts/{id}/messages/wait", wait_account_message, methods=["GET"]),
     Route("/api/user/accounts/{id}/reset-password", reset_account_password, methods=["PUT"]),
     Route("/api/user/domains", list_domains, methods=["GET"]),
     Route("/api/user/domains", add_domain, methods=["POST"]),

@@ -74,10 +74,15 @@ class IngestService:
         self._clock = clock
         self._is_public = public_domains
         self._job_listeners: list[Callable[[], None]] = []
+        self._stored_listeners: list[Callable[[], None]] = []
 
     def on_jobs_queued(self, listener: Callable[[], None]) -> None:
         """Called after a commit that queued webhook jobs (the worker wakes at once)."""
         self._job_listeners.append(listener)
+
+    def on_stored(self, listener: Callable[[], None]) -> None:
+        """Called after every commit that stored mail (the search indexer wakes at once)."""
+        self._stored_listeners.append(listener)
 
     async def resolve(self, address: str, *, declared_size: int | None = None) -> Recipient:
         """The mailbox for an RCPT address (plus addressing included), or a named refusal."""
@@ -116,6 +121,8 @@ class IngestService:
         ]
         queued = await self._db.write(partial(_store, items=items, events=events, now=now))
         await self._bus.publish(events)
+        for stored in self._stored_listeners:
+            stored()
         if queued:
             for listener in self._job_listeners:
                 listener()

@@ -13,7 +13,15 @@ import msgspec
 from inboxd.errors import Gone, InvalidRequest, NotFound
 from inboxd.mail import html_view
 from inboxd.mail.parse import ParsedMessage, parse_message
-from inboxd.model import Attachment, AttachmentContent, Mailbox, MessageDetail, MessageSummary
+from inboxd.model import (
+    NO_FILTER,
+    Attachment,
+    AttachmentContent,
+    Mailbox,
+    MessageDetail,
+    MessageFilter,
+    MessageSummary,
+)
 from inboxd.services.rawcodec import decompress
 from inboxd.store import messages as store
 from inboxd.store.db import Database, Tx
@@ -37,10 +45,17 @@ class MessageService:
         self._db = db
         self._clock = clock
 
-    async def page(self, mailbox: Mailbox, page: int) -> list[MessageSummary]:
+    async def page(self, mailbox: Mailbox, page: int, flt: MessageFilter = NO_FILTER) -> list[MessageSummary]:
         if page < 1:
             raise InvalidRequest("`page` must be an integer of at least 1.")
-        return await self._db.read(partial(store.page, mailbox_id=mailbox.id, page=page, now=self._clock()))
+        return await self._db.read(partial(store.page, mailbox_id=mailbox.id, page=page, now=self._clock(), flt=flt))
+
+    async def newest(self, mailbox: Mailbox, flt: MessageFilter) -> MessageSummary | None:
+        """The newest live message of the mailbox that `flt` keeps."""
+        found = await self._db.read(
+            partial(store.page, mailbox_id=mailbox.id, page=1, now=self._clock(), flt=flt, size=1)
+        )
+        return found[0] if found else None
 
     async def _live(self, mailbox: Mailbox, message_id: str) -> MessageSummary:
         summary = await self._db.read(partial(store.get, mailbox_id=mailbox.id, message_id=message_id))

@@ -17,6 +17,7 @@ from inboxd.services.messages import MessageService
 from inboxd.services.profile import ProfileService
 from inboxd.services.space import SpaceGuard, disabled
 from inboxd.services.users import UserService
+from inboxd.services.waits import WaitService
 from inboxd.services.webhooks import WebhookService
 
 
@@ -34,6 +35,7 @@ class Services:
     domains: DomainService
     profiles: ProfileService
     webhooks: WebhookService
+    waits: WaitService
     exports: ExportService
     # The free-space guard (INBOXD_MIN_FREE_BYTES): API writes answer 507 while space is low.
     space: SpaceGuard = field(default_factory=disabled)

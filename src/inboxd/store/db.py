@@ -119,7 +119,13 @@ def _sqlite_connect(path: str) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA busy_timeout=30000")
+    # SQLite's own lower() and LIKE fold ASCII only; the message filters need the rest too.
+    conn.create_function("inboxd_lower", 1, _lower, deterministic=True)
     return conn
+
+
+def _lower(value: str | None) -> str | None:
+    return value.lower() if isinstance(value, str) else value
 
 
 def _enable_wal(conn: sqlite3.Connection) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inboxd.model import Mailbox
+from inboxd.store import search
 from inboxd.store.db import Row, Tx
 
 COLUMNS = "id, user_id, token_id, address, domain_id, quota, used, password_gen, created_at"
@@ -85,6 +86,7 @@ async def delete(tx: Tx, mailbox_id: str) -> None:
     ids = "SELECT id FROM messages WHERE mailbox_id = ?"
     await tx.execute(f"DELETE FROM message_sources WHERE message_id IN ({ids})", mailbox_id)
     await tx.execute(f"DELETE FROM message_details WHERE message_id IN ({ids})", mailbox_id)
+    await search.forget_mailbox(tx, mailbox_id)
     await tx.execute("DELETE FROM messages WHERE mailbox_id = ?", mailbox_id)
     await tx.execute("DELETE FROM mailboxes WHERE id = ?", mailbox_id)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from inboxd.model import MessageSummary
+from inboxd.model import NO_FILTER, MessageFilter, MessageSummary
+from inboxd.store import search
 from inboxd.store.db import Row, Tx
 
 COLUMNS = "id, mailbox_id, sender, from_header, subject, preview_text, size, is_read, created_at, expires_at"
@@ -57,13 +58,19 @@ async def charge(tx: Tx, mailbox_id: str, size: int) -> bool:
     return changed == 1
 
 
-async def page(tx: Tx, mailbox_id: str, *, page: int, now: float) -> list[MessageSummary]:
+async def page(
+    tx: Tx, mailbox_id: str, *, page: int, now: float, flt: MessageFilter = NO_FILTER, size: int = PAGE_SIZE
+) -> list[MessageSummary]:
+    join, extra, args = search.conditions(tx.dialect, flt)
+    where = " AND ".join(["m.mailbox_id = ?", "m.deleted = 0", "m.expires_at > ?", *extra])
+    columns = ", ".join(f"m.{c}" for c in COLUMNS.split(", "))
     rows = await tx.fetch(
-        f"SELECT {COLUMNS} FROM messages WHERE mailbox_id = ? AND deleted = 0 AND expires_at > ? "
-        f"ORDER BY created_at DESC, id DESC LIMIT {PAGE_SIZE} OFFSET ?",
+        f"SELECT {columns} FROM messages m{join} WHERE {where} "
+        f"ORDER BY m.created_at DESC, m.id DESC LIMIT {int(size)} OFFSET ?",
         mailbox_id,
         now,
-        (page - 1) * PAGE_SIZE,
+        *args,
+        (page - 1) * size,
     )
     return [summary_from(r) for r in rows]
 
@@ -132,6 +139,7 @@ async def soft_delete(tx: Tx, mailbox_id: str, message_id: str) -> bool:
         await tx.execute("UPDATE mailboxes SET used = used - ? WHERE id = ?", row["size"], mailbox_id)
     await tx.execute("DELETE FROM message_sources WHERE message_id = ?", message_id)
     await tx.execute("DELETE FROM message_details WHERE message_id = ?", message_id)
+    await search.forget(tx, [message_id])
     return True
 
 
@@ -163,5 +171,6 @@ async def purge(tx: Tx, *, expired_before: float, limit: int) -> int:
     ids = [(r["id"],) for r in rows]
     await tx.executemany("DELETE FROM message_sources WHERE message_id = ?", ids)
     await tx.executemany("DELETE FROM message_details WHERE message_id = ?", ids)
+    await search.forget(tx, [r["id"] for r in rows])
     await tx.executemany("DELETE FROM messages WHERE id = ?", ids)
     return len(ids)

@@ -7,6 +7,7 @@ small integers, so one SQL text serves SQLite and PostgreSQL on the hot path.
 from __future__ import annotations
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import TSVECTOR
 
 metadata = sa.MetaData()
 
@@ -86,8 +87,16 @@ messages = sa.Table(
     sa.Column("expired", Flag, nullable=False, server_default="0"),
     sa.Column("created_at", Ts, nullable=False),
     sa.Column("expires_at", Ts, nullable=False),
+    # 0 until the background indexer has written its `message_search` row.
+    sa.Column("indexed", Flag, nullable=False, server_default="0"),
     sa.Index("ix_messages_list", "mailbox_id", "deleted", "created_at", "id"),
     sa.Index("ix_messages_expiry", "expired", "expires_at"),
+    sa.Index(
+        "ix_messages_unindexed",
+        "created_at",
+        sqlite_where=sa.text("indexed = 0"),
+        postgresql_where=sa.text("indexed = 0"),
+    ),
 )
 
 # Raw bytes (zstd) apart from the summary, so a list page never reads a body.
@@ -104,6 +113,22 @@ message_details = sa.Table(
     metadata,
     sa.Column("message_id", sa.Text, primary_key=True),
     sa.Column("detail", sa.Text, nullable=False),
+)
+
+# The search index (store/search.py), filled off the SMTP path. `terms` is a tsvector with a GIN
+# index on PostgreSQL; SQLite leaves it empty and keeps the words in the FTS5 table `message_fts`
+# (rowid = doc_id), made by migration 0006 since SQLAlchemy has no virtual tables.
+message_search = sa.Table(
+    "message_search",
+    metadata,
+    sa.Column("doc_id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("message_id", sa.Text, nullable=False, unique=True),
+    sa.Column("mailbox_id", sa.Text, nullable=False),
+    sa.Column("recipients", sa.Text, nullable=False),
+    sa.Column("has_attachments", Flag, nullable=False),
+    sa.Column("terms", sa.Text().with_variant(TSVECTOR(), "postgresql")),
+    sa.Index("ix_message_search_mailbox", "mailbox_id"),
+    sa.Index("ix_message_search_terms", "terms", postgresql_using="gin"),
 )
 
 webhooks = sa.Table(

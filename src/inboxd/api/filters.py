@@ -1,0 +1,77 @@
+"""Query-string filters of the message lists and waits, and holding a wait open over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from inboxd.api import schemas
+from inboxd.api.http import json_response
+from inboxd.api.openapi import Query
+from inboxd.model import MessageDetail, MessageFilter
+from inboxd.services.filters import parse_filter, parse_timeout
+
+FILTER_QUERY = (
+    Query(
+        "q",
+        str,
+        "Full text: every word must match (any case) the subject, from, recipients or text body; "
+        "`word*` matches a prefix. Mail is searchable within about 2 s of its arrival.",
+        extension=True,
+    ),
+    Query("from", str, "Substring (any case) of `from` or `sender`.", extension=True),
+    Query("to", str, "Substring (any case) of the To/Cc recipients or the mailbox address.", extension=True),
+    Query("subject", str, "Substring (any case) of the subject.", extension=True),
+    Query("unread", bool, "`true`: only unread messages; `false`: only read ones.", extension=True),
+    Query("has_attachments", bool, "`true` or `false`.", extension=True),
+    Query("since", str, "RFC 3339 timestamp; `created_at` at or after it.", extension=True),
+    Query("until", str, "RFC 3339 timestamp; `created_at` before it.", extension=True),
+)
+WAIT_QUERY = (
+    *FILTER_QUERY,
+    Query("timeout", float, "Seconds to wait, 0 to 60 (default 30).", extension=True),
+)
+WAIT_DESCRIPTION = (
+    "The newest message the filters keep (and whose `created_at` is at or after `since`), at once if "
+    "there is one, otherwise the moment one is committed; 408 `timeout` when none arrives in time. "
+    "Counts as one operation."
+)
+
+# Never sent: the client has gone, and the server only needs to end the request.
+_GONE = 499
+
+
+def message_filter(request: Request) -> MessageFilter:
+    return parse_filter(request.query_params)
+
+
+def wait_timeout(request: Request) -> float:
+    return parse_timeout(request.query_params.get("timeout"))
+
+
+async def _disconnected(request: Request) -> None:
+    # A GET's body is one empty message; the next receive returns only once the client is gone.
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def wait_response(request: Request, waiting: Awaitable[MessageDetail]) -> Response:
+    """The detail of the message `waiting` finds, unless the client disconnects first: then the
+    wait is cancelled, which removes its listeners."""
+    wait_task = asyncio.ensure_future(waiting)
+    watch = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait((wait_task, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (wait_task, watch):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    if not wait_task.done() or wait_task.cancelled():
+        return Response(status_code=_GONE)
+    return json_response(schemas.message_detail(wait_task.result()))

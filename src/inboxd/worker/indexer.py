@@ -1,0 +1,150 @@
+"""The search indexer: fills `message_search` off the SMTP path.
+
+Ingest answers 250 without waiting for it; the indexer is woken after each commit (and looks
+on its own every few seconds, which also picks up what another process left behind), reads the
+messages still flagged `indexed = 0`, parses them in a thread and writes their rows in one
+transaction, then tells the bus which mailboxes gained indexed mail so waits on full-text
+filters look again. The flag lives in the database, so a restart simply carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from email.header import decode_header, make_header
+from email.parser import BytesHeaderParser
+from email.policy import compat32
+from email.utils import getaddresses
+from functools import partial
+
+from inboxd.events import EventBus
+from inboxd.mail.parse import html_to_text, parse_message
+from inboxd.services.filters import index_terms
+from inboxd.services.ingest import storable
+from inboxd.services.rawcodec import decompress
+from inboxd.store import search
+from inboxd.store.db import Database, Row
+from inboxd.tasks import cancel_and_wait
+
+log = logging.getLogger("inboxd.indexer")
+BATCH = 200
+POLL_INTERVAL = 5.0
+BODY_CHARS = 256 * 1024
+# Sources read and parsed at once: a batch of big messages (25 MiB each) must not all sit in memory.
+CHUNK_BYTES = 16 * 1024 * 1024
+_headers = BytesHeaderParser(policy=compat32)
+
+
+def build_doc(row: Row, mailbox_id: str) -> search.Doc:
+    """One message's index row from its stored source; pure CPU, run in a thread."""
+    message_id, compressed, subject, from_, sender, address = (row[i] for i in range(6))
+    raw = decompress(bytes(compressed))
+    parsed = parse_message(raw)
+    recipients = storable(" ".join([address, *_recipients(raw)])).lower()
+    body = parsed.text_body if parsed.text_body.strip() else html_to_text(parsed.html_body)
+    return search.Doc(
+        message_id=message_id,
+        mailbox_id=mailbox_id,
+        recipients=recipients,
+        has_attachments=bool(parsed.attachments),
+        terms=index_terms((subject, from_, sender, recipients, body[:BODY_CHARS])),
+    )
+
+
+def _recipients(raw: bytes) -> list[str]:
+    """The To and Cc addresses, display names decoded, as `Name <addr>` strings."""
+    end = raw.find(b"\r\n\r\n")
+    try:
+        headers = _headers.parsebytes(raw if end < 0 else raw[: end + 4])
+        values = [str(v) for name in ("to", "cc") for v in headers.get_all(name, [])]
+        out = []
+        for name, addr in getaddresses(values):
+            out.append(f"{_decoded(name)} <{addr}>" if name else addr)
+        return out
+    except Exception:  # a hostile header must not stop the indexer
+        return []
+
+
+def _decoded(value: str) -> str:
+    try:
+        return str(make_header(decode_header(value)))
+    except Exception:
+        return value
+
+
+class SearchIndexer:
+    def __init__(self, db: Database, bus: EventBus, *, batch: int = BATCH, interval: float = POLL_INTERVAL) -> None:
+        self._db = db
+        self._bus = bus
+        self._batch = batch
+        self._interval = interval
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            await cancel_and_wait([self._task])
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                full = await self.index_pending() == self._batch
+            except Exception:
+                log.exception("indexing failed; trying again shortly")
+                full = False
+            if full:
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._interval):
+                    await self._wake.wait()
+
+    async def index_pending(self) -> int:
+        """Index one batch of waiting messages; returns how many were waiting."""
+        waiting = await self._db.read(partial(search.pending, limit=self._batch))
+        if not waiting:
+            return 0
+        mailbox_of = {p.id: p.mailbox_id for p in waiting}
+        docs: list[search.Doc] = []
+        for chunk in _chunks(waiting):
+            rows = await self._db.read(partial(search.sources, message_ids=chunk))
+            docs += await asyncio.to_thread(_build_all, rows, mailbox_of)
+        # Deleted meanwhile, or unparseable: nothing to index, and not worth another try.
+        skipped = set(mailbox_of) - {d.message_id for d in docs}
+        if skipped:
+            await self._db.write(partial(search.mark_unindexable, message_ids=sorted(skipped)))
+        mailboxes = await self._db.write(partial(search.save, docs=docs))
+        if mailboxes:
+            await self._bus.indexed(sorted(set(mailboxes)))
+        return len(waiting)
+
+
+def _chunks(waiting: Sequence[search.Pending]) -> list[list[str]]:
+    chunks: list[list[str]] = [[]]
+    size = 0
+    for item in waiting:
+        if chunks[-1] and size + item.size > CHUNK_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(item.id)
+        size += item.size
+    return chunks
+
+
+def _build_all(rows: Sequence[Row], mailbox_of: dict[str, str]) -> list[search.Doc]:
+    docs = []
+    for row in rows:
+        try:
+            docs.append(build_doc(row, mailbox_of[row[0]]))
+        except Exception:
+            log.exception("cannot index message %s; it is left out of search", row[0])
+    return docs
