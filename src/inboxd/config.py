@@ -98,6 +98,15 @@ class Settings(BaseSettings):
 
     max_message_size: int = 26214400
     max_recipients: int = 100
+
+    # SMTP sessions and slow clients: connections beyond the caps get 421; a session with no input
+    # for `smtp_idle_timeout` seconds, or whose replies stay unread for `smtp_write_timeout`, is cut.
+    smtp_max_sessions: int = 1000
+    smtp_max_sessions_per_ip: int = 100
+    smtp_idle_timeout: float = 300.0
+    smtp_write_timeout: float = 60.0
+    # A WebSocket frame still unwritten after this many seconds drops its client.
+    ws_write_timeout: float = 30.0
     max_body_size: int = 1024 * 1024
     log_level: str = "info"
 

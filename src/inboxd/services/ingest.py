@@ -7,6 +7,7 @@ front end can change.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ from inboxd.store import webhooks as webhook_store
 from inboxd.store.db import Database, Tx
 
 EMAIL_RECEIVED = "email.received"
+# Messages above this size are parsed and compressed in a thread: the event loop would otherwise
+# stall every HTTP request and WebSocket for the time a big message takes (docs/performance.md).
+OFF_LOOP_BYTES = 256 * 1024
 _encode = msgspec.json.Encoder().encode
 
 
@@ -110,10 +114,14 @@ class IngestService:
 
     async def deliver(self, *, sender: str, recipients: Sequence[Recipient], raw: bytes) -> list[str]:
         """Store one copy per recipient in one transaction; returns the message ids after commit."""
-        summary = parse_summary(raw)
-        compressed = compress(raw)
+        size = len(raw)
+        if size > OFF_LOOP_BYTES:
+            summary, compressed = await asyncio.to_thread(_prepare, raw)
+        else:
+            summary, compressed = _prepare(raw)
+        del raw  # not needed past this point; the caller lets go of its reference as well
         now = self._clock()
-        copies = [self._copy(r, summary, sender=sender, size=len(raw), now=now) for r in recipients]
+        copies = [self._copy(r, summary, sender=sender, size=size, now=now) for r in recipients]
         items = [message_store.NewMessage(summary=c, raw_compressed=compressed) for c in copies]
         addresses = {r.mailbox.id: r.mailbox.address for r in recipients}
         events = [
@@ -142,6 +150,11 @@ class IngestService:
             created_at=now,
             expires_at=now + retention,
         )
+
+
+def _prepare(raw: bytes) -> tuple[Summary, bytes]:
+    """The summary and the compressed bytes of one message (pure; may run in a thread)."""
+    return parse_summary(raw), compress(raw)
 
 
 def storable(text: str) -> str:

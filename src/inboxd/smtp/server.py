@@ -9,9 +9,18 @@ What it guarantees:
 - no buffer grows without bound: a command line over 4 KiB is discarded as it streams and
   answered `500 5.5.2`; DATA past the size limit is discarded and answered `552 5.3.4`;
 - NUL and bare CR in commands are refused;
-- 250 is written only after `IngestService.deliver` returned, i.e. after the commit.
+- 250 is written only after `IngestService.deliver` returned, i.e. after the commit;
+- sessions are capped in total and per client address (421 beyond either cap);
+- a client that does not read its replies is not read from either: reading pauses while more
+  than `WRITE_HIGH` bytes of replies wait, and the client is dropped once they have waited
+  `smtp_write_timeout` seconds; a session silent for `smtp_idle_timeout` seconds is closed.
 Commands are handled strictly in order (PIPELINING): while one waits on the database, input
 is buffered, and reading pauses once the buffer is large.
+
+Memory per message: DATA accumulates in one buffer that already begins with the `Received:`
+header (written when DATA starts, as Postfix does); at the end that buffer becomes the stored
+bytes with one copy, dot-stuffing undone on the way. Above `OFF_LOOP_BYTES` that work runs in a
+thread, so a big message never holds the event loop.
 """
 
 from __future__ import annotations
@@ -28,9 +37,9 @@ from email.utils import format_datetime
 from typing import cast
 
 from inboxd.config import Settings
-from inboxd.errors import InboxdError
+from inboxd.errors import InboxdError, MessageRejected
 from inboxd.metrics import Metrics
-from inboxd.services.ingest import IngestService, Recipient
+from inboxd.services.ingest import OFF_LOOP_BYTES, IngestService, Recipient
 from inboxd.services.space import SpaceGuard
 from inboxd.smtp import replies as R
 from inboxd.tasks import TaskSet
@@ -39,8 +48,9 @@ log = logging.getLogger("inboxd.smtp")
 
 LINE_LIMIT = 4096
 PAUSE_AT = 1 << 20
+# Unsent replies above which a session stops reading (asyncio's low-water mark is a quarter).
+WRITE_HIGH = 64 * 1024
 MAX_ERRORS = 20
-IDLE_TIMEOUT = 300.0
 TERMINATOR = b"\r\n.\r\n"
 
 
@@ -63,6 +73,7 @@ class SmtpServer:
         self.space = space
         self.hostname = settings.resolved_smtp_hostname
         self.sessions: set[_Session] = set()
+        self.per_ip: dict[str, int] = {}
         self.closing = False
         self._server: asyncio.Server | None = None
         # The sessions' deliveries, recipient checks and TLS upgrades, referenced until they end.
@@ -86,6 +97,28 @@ class SmtpServer:
         assert self._server is not None
         port: int = self._server.sockets[0].getsockname()[1]
         return port
+
+    def admit(self, session: _Session) -> str | None:
+        """Count a new session in; the 421 to answer instead when a cap is reached."""
+        settings = self.settings
+        if len(self.sessions) >= settings.smtp_max_sessions:
+            return R.TOO_MANY_SESSIONS
+        if self.per_ip.get(session.peer, 0) >= settings.smtp_max_sessions_per_ip:
+            return R.TOO_MANY_FROM_IP
+        self.sessions.add(session)
+        self.metrics.smtp_sessions.inc()
+        self.per_ip[session.peer] = self.per_ip.get(session.peer, 0) + 1
+        return None
+
+    def release(self, session: _Session) -> None:
+        if session in self.sessions:
+            self.sessions.discard(session)
+            self.metrics.smtp_sessions.dec()
+            left = self.per_ip.get(session.peer, 1) - 1
+            if left > 0:
+                self.per_ip[session.peer] = left
+            else:
+                self.per_ip.pop(session.peer, None)
 
     async def stop(self, *, grace: float = 10.0) -> None:
         self.closing = True
@@ -114,6 +147,10 @@ class _Session(asyncio.Protocol):
         self.delivering = False
         self.discarding_line = False
         self.paused = False
+        self.write_paused = False
+        self.write_timer: asyncio.TimerHandle | None = None
+        # Where the client's DATA begins in `buf` (after the Received: header, at its last CRLF).
+        self.data_start = 0
         self.errors = 0
         self.peer = ""
         self.helo: str | None = None
@@ -121,6 +158,9 @@ class _Session(asyncio.Protocol):
         self.secure = False
         self.sender: str | None = None
         self.recipients: list[Recipient] = []
+        # RCPT commands accepted in this transaction: plus addressing may fold them into fewer
+        # mailboxes, but the limit is on what the client sent.
+        self.accepted_rcpts = 0
         self.last_activity = time.monotonic()
         self.idle_timer: asyncio.TimerHandle | None = None
 
@@ -131,22 +171,49 @@ class _Session(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if peer else "unknown"
-        self.server.sessions.add(self)
         self.server.metrics.smtp_connections.inc()
-        self.server.metrics.smtp_sessions.inc()
         if self.server.closing:
             self.close(R.SHUTTING_DOWN)
             return
+        refusal = self.server.admit(self)
+        if refusal is not None:
+            self.close(refusal)
+            return
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH)
         self.reply(R.GREETING.format(host=self.server.hostname))
-        self._arm_idle()
+        self._arm_idle(self.server.settings.smtp_idle_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self in self.server.sessions:
-            self.server.metrics.smtp_sessions.dec()
-        self.server.sessions.discard(self)
+        self.server.release(self)
         self.transport = None
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
+        for timer in (self.idle_timer, self.write_timer):
+            if timer is not None:
+                timer.cancel()
+
+    def pause_writing(self) -> None:
+        # The client is not reading its replies: stop taking commands that would add more.
+        self.write_paused = True
+        self._flow()
+        if self.write_timer is None:
+            timeout = self.server.settings.smtp_write_timeout
+            self.write_timer = asyncio.get_running_loop().call_later(timeout, self._write_stuck)
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.write_timer is not None:
+            self.write_timer.cancel()
+            self.write_timer = None
+        if not self.busy:
+            self.pump()
+        self._flow()
+
+    def _write_stuck(self) -> None:
+        self.write_timer = None
+        if self.transport is not None:
+            log.info("dropping an SMTP client of %s that does not read its replies", self.peer)
+            # Abort, not close: a close would wait for the replies it never reads.
+            self.transport.abort()
+            self.transport = None
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = time.monotonic()
@@ -161,17 +228,27 @@ class _Session(asyncio.Protocol):
             self.buf += data[end + 1 :]
         else:
             self.buf += data
-        if self.busy:
-            if len(self.buf) > PAUSE_AT and not self.paused and self.transport is not None:
-                self.paused = True
-                self.transport.pause_reading()
+        if self.busy or self.write_paused:
+            self._flow()
             return
         self.pump()
+
+    def _flow(self) -> None:
+        """Read only while replies are being taken and the input waiting is small."""
+        if self.transport is None:
+            return
+        stop = self.write_paused or (self.busy and len(self.buf) > PAUSE_AT)
+        if stop and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+        elif not stop and self.paused:
+            self.paused = False
+            self.transport.resume_reading()
 
     # Input ------------------------------------------------------------------------------------
 
     def pump(self) -> None:
-        while not self.busy and self.transport is not None:
+        while not self.busy and not self.write_paused and self.transport is not None:
             if self.in_data:
                 if not self._scan_data():
                     return
@@ -190,28 +267,29 @@ class _Session(asyncio.Protocol):
                 self.error(R.LINE_TOO_LONG)
                 continue
             self.command(line)
-        if self.paused and not self.busy and self.transport is not None:
-            self.paused = False
-            self.transport.resume_reading()
+        self._flow()
 
     def _scan_data(self) -> bool:
         """Look for CRLF.CRLF; True when a message ended (its delivery is then under way)."""
         end = self.buf.find(TERMINATOR, self.scan)
         if end < 0:
             limit = self.server.settings.max_message_size
-            if len(self.buf) > limit + limit // 8 + 1024:
+            if len(self.buf) > self.data_start + limit + limit // 8 + 1024:
                 # Too big: keep only what could begin the terminator, and answer at its end.
                 self.overflow = True
                 del self.buf[:-4]
+                self.data_start = 0
             self.scan = max(len(self.buf) - 4, 0)
             return False
-        body = bytes(self.buf[2 : end + 2])
-        del self.buf[: end + 5]
+        # The buffer itself becomes the message; what followed the terminator moves to a new one.
+        message = self.buf
+        self.buf = message[end + 5 :]
+        del message[end + 2 :]
         self.in_data = False
         self.scan = 0
         self.busy = True
         self.delivering = True
-        self.server.tasks.spawn(self._deliver(body))
+        self.server.tasks.spawn(self._deliver(message))
         return True
 
     # Commands -------------------------------------------------------------------------------
@@ -312,7 +390,7 @@ class _Session(asyncio.Protocol):
         if not _plausible(address) or "@" not in address or not _is_utf8(address):
             self.error(R.BAD_ADDRESS)
             return
-        if len(self.recipients) >= self.server.settings.max_recipients:
+        if self.accepted_rcpts >= self.server.settings.max_recipients:
             self.reply(R.TOO_MANY_RECIPIENTS)
             return
         self.busy = True
@@ -330,6 +408,7 @@ class _Session(asyncio.Protocol):
             # Plus addressing can name one mailbox twice: it gets one copy.
             if all(r.mailbox.id != recipient.mailbox.id for r in self.recipients):
                 self.recipients.append(recipient)
+            self.accepted_rcpts += 1
             self.reply(R.RECIPIENT_OK)
         self.busy = False
         self.pump()
@@ -347,28 +426,27 @@ class _Session(asyncio.Protocol):
         self.reply(R.START_DATA)
         self.in_data = True
         self.overflow = False
-        self.buf[:0] = b"\r\n"
-        self.scan = 0
+        self.queue_id = uuid.uuid4().hex[:16]
+        # The header ends in CRLF, so a terminator or a stuffed dot on the first line is found too.
+        received = self._received(self.queue_id)
+        self.buf[:0] = received
+        self.data_start = len(received) - 2
+        self.scan = self.data_start
 
-    async def _deliver(self, stuffed: bytes) -> None:
+    async def _deliver(self, message: bytearray) -> None:
         started = time.perf_counter()
-        size = len(stuffed)
+        size = max(0, len(message) - self.data_start - 2)
         answer = R.TEMP_FAILURE
         try:
             if self.overflow:
                 answer = R.TOO_BIG
                 return
-            # Undo dot-stuffing: a line that starts with a dot lost its first dot in transit.
-            body = (b"\r\n" + stuffed).replace(b"\r\n.", b"\r\n")[2:]
-            size = len(body)
-            if size > self.server.settings.max_message_size:
-                answer = R.TOO_BIG
-                return
             assert self.sender is not None
-            queue_id = uuid.uuid4().hex[:16]
-            raw = self._received(queue_id) + body
-            await self.server.ingest.deliver(sender=self.sender, recipients=self.recipients, raw=raw)
-            answer = R.QUEUED.format(id=queue_id)
+            # No local here keeps the bytes: ingest lets go of them once they are compressed.
+            await self.server.ingest.deliver(
+                sender=self.sender, recipients=self.recipients, raw=await self._stored(message)
+            )
+            answer = R.QUEUED.format(id=self.queue_id)
         except InboxdError as exc:
             answer = R.reply_for(exc)
         except Exception:
@@ -381,6 +459,17 @@ class _Session(asyncio.Protocol):
             self.busy = False
             if self.transport is not None:
                 self.pump()
+
+    async def _stored(self, message: bytearray) -> bytes:
+        """The bytes to store, dot-stuffing undone (in a thread when big); too big is refused."""
+        header = self.data_start + 2
+        if len(message) > OFF_LOOP_BYTES:
+            raw = await asyncio.to_thread(_unstuff, message)
+        else:
+            raw = _unstuff(message)
+        if len(raw) - header > self.server.settings.max_message_size:
+            raise MessageRejected(code="too_big")
+        return raw
 
     def _short_of_space(self, *, stage: str) -> bool:
         """Answer 452 when free space is under INBOXD_MIN_FREE_BYTES (the sender retries later)."""
@@ -492,6 +581,7 @@ class _Session(asyncio.Protocol):
         self.sender = None
         self.declared_size = None
         self.recipients = []
+        self.accepted_rcpts = 0
 
     def close(self, text: str | None) -> None:
         if text is not None:
@@ -500,18 +590,21 @@ class _Session(asyncio.Protocol):
             self.transport.close()
             self.transport = None
 
-    def _arm_idle(self) -> None:
-        self.idle_timer = asyncio.get_running_loop().call_later(60.0, self._check_idle)
+    def _arm_idle(self, delay: float) -> None:
+        self.idle_timer = asyncio.get_running_loop().call_later(delay, self._check_idle)
 
     def _check_idle(self) -> None:
         if self.transport is None:
             return
-        if not self.delivering and time.monotonic() - self.last_activity > IDLE_TIMEOUT:
+        timeout = self.server.settings.smtp_idle_timeout
+        left = self.last_activity + timeout - time.monotonic()
+        if left <= 0 and not self.delivering:
             self.close(R.IDLE_TIMEOUT)
             return
-        self._arm_idle()
+        self._arm_idle(max(left, timeout / 10))
 
     declared_size: int | None = None
+    queue_id = ""
 
 
 _COMMANDS = {
@@ -527,6 +620,18 @@ _COMMANDS = {
     "QUIT": _Session.do_quit,
     "STARTTLS": _Session.do_starttls,
 }
+
+
+def _unstuff(message: bytearray) -> bytes:
+    """The stored bytes of a DATA buffer: one copy, with dot-stuffing undone (RFC 5321 4.5.2).
+
+    The buffer is emptied as soon as it is copied, so a message is held twice only for a moment.
+    """
+    raw = bytes(message)
+    message.clear()
+    if b"\r\n." in raw:
+        raw = raw.replace(b"\r\n.", b"\r\n")
+    return raw
 
 
 def _path(arg: str, keyword: str) -> tuple[str, list[str]] | None:

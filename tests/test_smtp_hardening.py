@@ -1,0 +1,215 @@
+"""SMTP against hostile and heavy clients: session caps, the recipient limit, a client that never
+reads its replies, idle sessions, and what big messages cost in memory and event-loop time.
+
+The memory and latency tests run inboxd as a child process, so what they measure is the server's
+own resident memory (`/proc/<pid>/status`) and its own event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from inboxd.app import Inboxd
+from tests.conftest import send_mail
+from tests.serverproc import ServerProcess
+
+# The SMTP engine is the same on either store; the in-process tests run on SQLite.
+sqlite = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+
+MiB = 1024 * 1024
+
+
+async def greet(port: int, source: str = "127.0.0.1") -> tuple[asyncio.StreamReader, asyncio.StreamWriter, str]:
+    """A connection from `source` (any 127/8 address works on loopback) and its first reply line."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+    line = (await asyncio.wait_for(reader.readline(), 30)).decode()
+    return reader, writer, line
+
+
+async def shut(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(ConnectionError):
+        await writer.wait_closed()
+
+
+async def new_mailbox(http_port: int, token: str, local: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_port}", timeout=30) as http:
+        response = await http.post(
+            "/api/accounts",
+            json={"address": f"{local}@inboxd.localhost", "password": "secret123"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+@sqlite
+async def test_session_caps_answer_421_and_others_are_served(make_settings: Any, clock: Any) -> None:
+    settings = make_settings(smtp_max_sessions=6, smtp_max_sessions_per_ip=3)
+    async with Inboxd(settings, clock=clock) as server:
+        assert server.bootstrap_token is not None
+        box = await new_mailbox(server.http_port, server.bootstrap_token, "capped")
+        port = server.smtp_port
+        held = [await greet(port, "127.0.0.2") for _ in range(3)]
+        assert all(line.startswith("220 ") for _, _, line in held)
+        reader, writer, line = await greet(port, "127.0.0.2")
+        assert line.startswith("421 4.7.0")
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # and the connection is closed
+        await shut(writer)
+        # One address at its cap does not keep another out.
+        assert await asyncio.to_thread(send_mail, port, box["address"]) == {}
+        held += [await greet(port, "127.0.0.3") for _ in range(3)]
+        assert all(line.startswith("220 ") for _, _, line in held)
+        _, writer, line = await greet(port, "127.0.0.4")
+        assert line.startswith("421 4.7.0")  # the total cap
+        await shut(writer)
+        # A session that ends frees its place.
+        await shut(held.pop()[1])
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert await asyncio.to_thread(send_mail, port, box["address"]) == {}
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+        for _, held_writer, _ in held:
+            await shut(held_writer)
+
+
+@sqlite
+async def test_recipient_limit_counts_rcpt_commands_not_mailboxes(make_settings: Any, clock: Any) -> None:
+    async with Inboxd(make_settings(max_recipients=5), clock=clock) as server:
+        assert server.bootstrap_token is not None
+        await new_mailbox(server.http_port, server.bootstrap_token, "h")
+        reader, writer, _ = await greet(server.smtp_port)
+
+        async def cmd(text: str) -> str:
+            writer.write(text.encode() + b"\r\n")
+            lines = []
+            while True:
+                line = (await asyncio.wait_for(reader.readline(), 30)).decode()
+                lines.append(line)
+                if line[3:4] != "-":
+                    return "".join(lines)
+
+        await cmd("EHLO c")
+        await cmd("MAIL FROM:<a@example.org>")
+        codes = [(await cmd(f"RCPT TO:<h+{n}@inboxd.localhost>"))[:3] for n in range(7)]
+        assert codes == ["250"] * 5 + ["452", "452"]
+        # The transaction still delivers (one copy), and a new one counts from zero.
+        assert (await cmd("DATA")).startswith("354")
+        assert (await cmd("Subject: x\r\n\r\nbody\r\n.")).startswith("250")
+        await cmd("MAIL FROM:<a@example.org>")
+        assert (await cmd("RCPT TO:<h+again@inboxd.localhost>")).startswith("250")
+        await shut(writer)
+
+
+@sqlite
+async def test_idle_sessions_are_cut_at_their_timeout(make_settings: Any, clock: Any) -> None:
+    settings = make_settings(smtp_idle_timeout=3.0, smtp_max_sessions_per_ip=1000)
+    async with Inboxd(settings, clock=clock) as server:
+        assert server.bootstrap_token is not None
+        box = await new_mailbox(server.http_port, server.bootstrap_token, "idle")
+        started = time.monotonic()
+        idle = []
+        for _ in range(10):
+            idle += await asyncio.gather(*(greet(server.smtp_port) for _n in range(50)))
+        assert all(line.startswith("220 ") for _, _, line in idle)
+        # A normal client is served while 500 sessions sit idle.
+        assert await asyncio.to_thread(send_mail, server.smtp_port, box["address"]) == {}
+
+        async def cut(reader: asyncio.StreamReader) -> str:
+            return (await reader.read()).decode()
+
+        # Each is told why, then closed, within the timeout and a generous margin.
+        endings = await asyncio.wait_for(asyncio.gather(*(cut(r) for r, _, _ in idle)), 30)
+        assert all(e.startswith("421 4.4.2") for e in endings)
+        assert time.monotonic() - started >= 3.0
+        for _, writer, _ in idle:
+            await shut(writer)
+        assert await asyncio.to_thread(send_mail, server.smtp_port, box["address"]) == {}
+
+
+def _status(pid: int, field: str) -> int:
+    """A `/proc/<pid>/status` memory figure, in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def _reset_peak(pid: int) -> None:
+    # Writing 5 to clear_refs resets VmHWM (Linux 4.0+), so the peak measured is the test's own.
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+@pytest.fixture
+async def child(tmp_path: Path) -> AsyncIterator[Any]:
+    """Start inboxd as a child process with extra INBOXD_* variables."""
+    started: list[ServerProcess] = []
+
+    async def start(**env: str) -> ServerProcess:
+        data = tmp_path / f"data{len(started)}"
+        data.mkdir()
+        server = await ServerProcess.start(data, **env)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        await server.stop()
+
+
+async def timed_send(port: int, address: str) -> float:
+    began = time.monotonic()
+    assert await asyncio.to_thread(send_mail, port, address) == {}
+    return time.monotonic() - began
+
+
+async def test_client_that_never_reads_is_paused_then_dropped(child: Any) -> None:
+    server = await child(INBOXD_SMTP_WRITE_TIMEOUT="3")
+    assert server.bootstrap_token is not None
+    box = await new_mailbox(server.http_port, server.bootstrap_token, "flooded")
+    await timed_send(server.smtp_port, box["address"])
+    pid = server.proc.pid
+    before = _status(pid, "VmRSS")
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.smtp_port)
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    chunk = b"EHLO x\r\n" * (MiB // 8)
+    sent = 0
+    # Pipeline commands and never read a reply, for a few seconds or until the server stops taking them.
+    deadline = time.monotonic() + 6
+    # The server may drop it already (the write timeout is shorter than the flood).
+    with contextlib.suppress(TimeoutError, ConnectionError):
+        while sent < 400 * MiB and time.monotonic() < deadline:
+            writer.write(chunk)
+            await asyncio.wait_for(writer.drain(), max(deadline - time.monotonic(), 0.01))
+            sent += len(chunk)
+    latency = await timed_send(server.smtp_port, box["address"])
+    grown = _status(pid, "VmRSS") - before
+    assert grown < 32 * MiB, f"RSS grew by {grown / MiB:.0f} MiB after {sent / MiB:.0f} MiB of EHLO"
+    assert sent < 64 * MiB, f"the server took {sent / MiB:.0f} MiB of commands whose replies nobody read"
+    assert latency < 5.0
+    # Stuck past the write timeout: dropped. Reading now gets what was already sent, then the end.
+    received = 0
+    with contextlib.suppress(ConnectionError):
+        async with asyncio.timeout(30):
+            while data := await reader.read(MiB):
+                received += len(data)
+                assert received < 64 * MiB, "the server kept answering a client it should have dropped"
+    await shut(writer)
+    assert _status(pid, "VmRSS") - before < 64 * MiB
+    assert await timed_send(server.smtp_port, box["address"]) < 5.0
