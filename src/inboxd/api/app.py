@@ -8,12 +8,13 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
-from inboxd.api import accounts, docs, messages, operations, public, user, webhooks, ws
+from inboxd.api import accounts, docs, messages, operations, public, sandbox, user, webhooks, ws
 from inboxd.api.errors import AnswerUnexpected, on_http_error, on_inboxd_error
 from inboxd.api.observe import Observe
 from inboxd.errors import InboxdError
 from inboxd.metrics import Metrics
 from inboxd.services.registry import Services
+from inboxd.web import app as web
 
 
 def api_routes() -> list[BaseRoute]:
@@ -23,6 +24,7 @@ def api_routes() -> list[BaseRoute]:
         *messages.routes,
         *accounts.routes,
         *user.routes,
+        *sandbox.routes,
         *webhooks.routes,
         *docs.routes,
         *operations.routes,
@@ -34,7 +36,7 @@ def build_asgi(services: Services, *, metrics: Metrics | None = None) -> ASGIApp
     metrics = metrics or Metrics()
     routes = api_routes()
     app = Starlette(
-        routes=routes,
+        routes=[*routes, *web.routes()],
         middleware=[Middleware(AnswerUnexpected)],
         exception_handlers={InboxdError: on_inboxd_error, HTTPException: on_http_error},
     )
@@ -42,6 +44,7 @@ def build_asgi(services: Services, *, metrics: Metrics | None = None) -> ASGIApp
     # that drops the body of a POST for clients that do not follow it.
     app.router.redirect_slashes = False
     app.state.services = services
+    web.attach(app, services)
     app.state.openapi = docs.openapi_bytes(routes, base_url=services.settings.base_url)
     app.state.metrics = metrics
     return Observe(ws.with_websocket(app, services, metrics=metrics), metrics=metrics, routes=routes)

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from inboxd.api import schemas
 from inboxd.api.http import json_response
 from inboxd.api.openapi import Query
-from inboxd.model import MessageDetail, MessageFilter
+from inboxd.model import MessageFilter
 from inboxd.services.filters import parse_filter, parse_timeout
+from inboxd.tasks import cancel_and_wait
 
 FILTER_QUERY = (
     Query(
@@ -41,6 +41,8 @@ WAIT_DESCRIPTION = (
     "Counts as one operation."
 )
 
+T = TypeVar("T")
+
 # Never sent: the client has gone, and the server only needs to end the request.
 _GONE = 499
 
@@ -59,19 +61,17 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def wait_response(request: Request, waiting: Awaitable[MessageDetail]) -> Response:
-    """The detail of the message `waiting` finds, unless the client disconnects first: then the
-    wait is cancelled, which removes its listeners."""
+async def wait_response(request: Request, waiting: Awaitable[T], encode: Callable[[T], Any]) -> Response:
+    """`encode` of what `waiting` finds, unless the client disconnects first: then the wait is
+    cancelled, which removes its listeners."""
     wait_task = asyncio.ensure_future(waiting)
     watch = asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait((wait_task, watch), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (wait_task, watch):
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        # cancel_and_wait, not suppress(CancelledError) around an await: that would also
+        # swallow this handler's own cancellation.
+        await cancel_and_wait([task for task in (wait_task, watch) if not task.done()])
     if not wait_task.done() or wait_task.cancelled():
         return Response(status_code=_GONE)
-    return json_response(schemas.message_detail(wait_task.result()))
+    return json_response(encode(wait_task.result()))

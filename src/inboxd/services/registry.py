@@ -15,6 +15,9 @@ from inboxd.services.limits import Admission
 from inboxd.services.mailboxes import MailboxService
 from inboxd.services.messages import MessageService
 from inboxd.services.profile import ProfileService
+from inboxd.services.sandbox import SandboxService
+from inboxd.services.sessions import SessionService
+from inboxd.services.signin import SignInService
 from inboxd.services.space import SpaceGuard, disabled
 from inboxd.services.users import UserService
 from inboxd.services.waits import WaitService
@@ -35,6 +38,9 @@ class Services:
     domains: DomainService
     profiles: ProfileService
     webhooks: WebhookService
+    sessions: SessionService
+    sign_in: SignInService
+    sandboxes: SandboxService
     waits: WaitService
     exports: ExportService
     # The free-space guard (INBOXD_MIN_FREE_BYTES): API writes answer 507 while space is low.

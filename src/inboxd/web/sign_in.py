@@ -1,0 +1,138 @@
+"""Signing in and out: the sign-in page, the providers' redirects and callbacks, one-time sign-in
+links, sign-out (here or everywhere)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from inboxd.api.public import client_ip
+from inboxd.auth import cookies
+from inboxd.auth.providers import Providers, configured
+from inboxd.model import User
+from inboxd.services.sessions import FLOW_TTL
+from inboxd.web.pages import WebCall, page, redirect, render, safe_next
+
+_REASONS = {
+    "expired": "Your session has ended. Please sign in again.",
+    "signed-out": "You are signed out.",
+    "signed-out-everywhere": "You are signed out on every device.",
+}
+
+
+@page("public")
+async def home(request: Request, call: WebCall) -> Response:
+    signed_in = call.session is not None and call.session.user is not None
+    return redirect("/account" if signed_in else "/auth/sign-in")
+
+
+@page("public")
+async def sign_in_page(request: Request, call: WebCall) -> Response:
+    target = safe_next(request.query_params.get("next"), "/account")
+    if call.session is not None and call.session.user is not None:
+        return redirect(target)
+    return render(
+        request,
+        call,
+        "sign_in.html",
+        providers=configured(call.services.settings),
+        notice=_REASONS.get(request.query_params.get("reason", ""), ""),
+        next=target,
+    )
+
+
+@page("public")
+async def link_page(request: Request, call: WebCall) -> Response:
+    """A link only shows a button: a link preview or prefetch must not use it up."""
+    return render(request, call, "sign_in_link.html", action=request.url.path)
+
+
+@page("public", csrf_session=False)
+async def use_link(request: Request, call: WebCall) -> Response:
+    await call.services.admission.admit_web_sign_in(client=client_ip(request))
+    user = await call.services.sign_in.redeem_link(request.path_params["secret"])
+    return await start_session(call, user, target="/account")
+
+
+def providers_of(request: Request) -> Providers:
+    providers: Providers = request.app.state.providers
+    return providers
+
+
+@page("public")
+async def provider_start(request: Request, call: WebCall) -> Response:
+    """Send the browser to the provider. The flow's state lives in a session: the visitor's own,
+    or a new one that exists only for this sign-in."""
+    providers, key = providers_of(request), request.path_params["provider"]
+    providers.info(key)  # 404 for a provider that is not configured
+    await call.services.admission.admit_web_sign_in(client=client_ip(request))
+    opened = None
+    if call.session is None:
+        opened = await call.services.sessions.open(None)
+        call.session = opened.session
+    data: dict[str, object] = {**call.session.data, "next": safe_next(request.query_params.get("next"), "/account")}
+    request.scope["session"] = data
+    location = await providers.begin(key, request)
+    await call.services.sessions.save_data(call.session, data)
+    response = RedirectResponse(location, status_code=302)
+    if opened is not None:
+        cookies.put(response, call.services.settings, opened.value, max_age=FLOW_TTL)
+    return response
+
+
+@page("public")
+async def provider_callback(request: Request, call: WebCall) -> Response:
+    """Check the provider's answer against the flow's state, then sign in whom it vouches for."""
+    providers, key = providers_of(request), request.path_params["provider"]
+    providers.info(key)
+    await call.services.admission.admit_web_sign_in(client=client_ip(request))
+    session = call.session
+    data: dict[str, object] = dict(session.data) if session else {}
+    request.scope["session"] = data
+    try:
+        vouched = await providers.finish(key, request)
+    finally:
+        if session is not None:  # the state is spent whatever happened: a replay finds none
+            await call.services.sessions.save_data(session, data)
+    user = await call.services.sign_in.sign_in_identity(vouched)
+    return await start_session(call, user, target=safe_next(str(data.get("next") or ""), "/account"))
+
+
+async def start_session(call: WebCall, user: User, *, target: str) -> Response:
+    """Sign `user` in: a new session (the old one, signed in or not, is ended) and its cookie."""
+    opened = await call.services.sessions.open(user, replacing=call.session)
+    response = redirect(target)
+    cookies.put(
+        response, call.services.settings, opened.value, max_age=opened.session.expires_at - opened.session.created_at
+    )
+    return response
+
+
+@page("user")
+async def sign_out(request: Request, call: WebCall) -> Response:
+    assert call.session is not None
+    await call.services.sessions.end(call.session)
+    response = redirect("/auth/sign-in?reason=signed-out")
+    cookies.clear(response, call.services.settings)
+    return response
+
+
+@page("user")
+async def sign_out_everywhere(request: Request, call: WebCall) -> Response:
+    await call.services.sessions.end_all(call.user)
+    response = redirect("/auth/sign-in?reason=signed-out-everywhere")
+    cookies.clear(response, call.services.settings)
+    return response
+
+
+routes = [
+    Route("/", home, methods=["GET"]),
+    Route("/auth/sign-in", sign_in_page, methods=["GET"]),
+    Route("/auth/{provider}/start", provider_start, methods=["GET"]),
+    Route("/auth/{provider}/callback", provider_callback, methods=["GET"]),
+    Route("/auth/link/{secret}", link_page, methods=["GET"]),
+    Route("/auth/link/{secret}", use_link, methods=["POST"]),
+    Route("/auth/sign-out", sign_out, methods=["POST"]),
+    Route("/auth/sign-out-everywhere", sign_out_everywhere, methods=["POST"]),
+]
