@@ -24,7 +24,7 @@ from inboxd.api.openapi import describe
 async def create_mailbox(request: Request, call: Call) -> Response:
     body = await read_json(request, schemas.CreateMailbox)
     created = await call.services.mailboxes.create(
-        call.principal, body.address, password=body.password, auth_key=body.auth_key
+        call.principal, body.address, password=body.password, auth_key=body.auth_key, admit=call.admit_creation
     )
     return json_response(
         schemas.MailboxCreated(id=created.mailbox.id, address=created.mailbox.address, token=created.token), 201

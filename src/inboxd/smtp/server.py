@@ -1,8 +1,9 @@
 """The SMTP front end: a lean `asyncio.Protocol` that speaks ESMTP for reception only.
 
-Why not aiosmtpd: it reads DATA line by line in Python and tops out near 1k msg/s per core, and
-its replies (size, smuggling, line length) are not ours to name. This protocol scans DATA for
-the terminator in C (`bytearray.find`), so a 4 KB message costs one search and one copy.
+Why not aiosmtpd: it reads DATA line by line in Python, which caps its throughput per core
+(docs/performance.md, "Figures behind the code"), and its replies (size, smuggling, line length)
+are not ours to name. This protocol scans DATA for the terminator in C (`bytearray.find`), so a
+4 KB message costs one search and one copy.
 
 What it guarantees:
 - only `CRLF.CRLF` ends DATA: a bare LF or CR around a dot never does (SMTP smuggling);
@@ -551,7 +552,8 @@ class _Session(asyncio.Protocol):
         proto = "ESMTP" if self.esmtp else "SMTP"
         if self.secure:
             proto += "S"
-        single = f"\r\n\tfor <{self.recipients[0].mailbox.address}>" if len(self.recipients) == 1 else ""
+        # RFC 5321 4.4: the recipient path as sent, when there is exactly one (never the sandbox's own address).
+        single = f"\r\n\tfor <{self.envelope[0]}>" if len(self.envelope) == 1 else ""
         stamp = format_datetime(datetime.now(UTC))
         helo = (self.helo or "unknown").replace("\r", "").replace("\n", "")
         return (
