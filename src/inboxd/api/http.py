@@ -22,6 +22,8 @@ from inboxd.services.registry import Services
 S = TypeVar("S")
 _encoder = msgspec.json.Encoder()
 JSON = "application/json"
+# Methods the free-space guard refuses (507) while space is low; DELETE stays open, as it frees space.
+WRITES = frozenset({"POST", "PUT", "PATCH"})
 
 
 async def _nothing() -> None:
@@ -90,6 +92,8 @@ def endpoint(
             try:
                 if refusal is not None:
                     raise refusal
+                if request.method in WRITES:
+                    services.space.check()
                 _normalize_id(request)
                 response = await handler(
                     request, Call(services=services, principal=principal, admit_creation=gate.admit_creation)

@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inboxd.errors import Unauthorized
 from inboxd.events import REVOKE_ALL
+from inboxd.metrics import Metrics
 from inboxd.services.credentials import MailboxClaims
 from inboxd.services.registry import Services
 
@@ -347,9 +348,16 @@ def _auth_token(message: Message) -> str | None:
     return auth.token if auth.type == "auth" else None
 
 
-def with_websocket(app: ASGIApp, services: Services) -> ASGIApp:
+def with_websocket(app: ASGIApp, services: Services, *, metrics: Metrics | None = None) -> ASGIApp:
     """`app` with `/api/ws` answered ahead of it."""
     hub = WebSocketHub(services)
+    if metrics is not None:
+        gauge = metrics.ws_connections
+
+        async def count_open() -> None:
+            gauge.set(hub.count())
+
+        metrics.on_scrape(count_open)
 
     async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket" and scope["path"] == PATH:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import jwt
 from argon2.low_level import Type, hash_secret_raw
 
-from inboxd.errors import InvalidRequest, Unauthorized
+from inboxd.errors import Forbidden, InvalidRequest, Unauthorized
 from inboxd.model import User
 
 API_TOKEN_PREFIX = "ibx_"
@@ -66,6 +66,12 @@ async def auth_key_from(address: str, *, password: str | None, auth_key: str | N
 
 def hash_auth_key(auth_key: str) -> str:
     return hashlib.sha256(auth_key.encode()).hexdigest()
+
+
+def require_pro(user: User) -> None:
+    """Custom domains, webhooks and the sandbox are Pro resources, through the API and the pages alike."""
+    if not user.is_pro:
+        raise Forbidden("This needs a Pro account.", code="pro_required")
 
 
 def check_active(user: User) -> None:

@@ -143,14 +143,14 @@ async def _inbox_context(request: Request, call: WebCall, mailbox: Mailbox | Non
 @page()
 async def inbox(request: Request, call: WebCall) -> Response:
     context = await _inbox_context(request, call)
-    settings = call.services.settings
+    smtp_host, smtp_port = call.services.mailboxes.smtp_endpoint
     return render(
         request,
         call,
         "mailbox.html",
         **context,
-        smtp_host=settings.resolved_smtp_hostname,
-        smtp_port=settings.smtp_port,
+        smtp_host=smtp_host,
+        smtp_port=smtp_port,
         notice=_NOTICES.get(request.query_params.get("notice", ""), ""),
     )
 
@@ -212,10 +212,9 @@ async def message(request: Request, call: WebCall) -> Response:
         html_src=f"{base}/html" + ("?" + urlencode({"remote": "1"}) if remote else ""),
         base=base,
         envelope=envelope,
-        # TODO(testkit): the detail gains to, cc and headers; until it lands on main they read as empty.
-        to_line=getattr(detail, "to", ""),
-        cc_line=getattr(detail, "cc", ""),
-        headers=getattr(detail, "headers", ()),
+        to_line=detail.to,
+        cc_line=detail.cc,
+        headers=detail.headers,
     )
 
 
