@@ -20,6 +20,7 @@ NAV: list[NavItem] = [
     NavItem("Mailboxes", "/mailboxes"),
     NavItem("Sandbox", "/sandbox", pro=True),
     NavItem("Account", "/account"),
+    NavItem("Users", "/admin/users", admin=True),
 ]
 
 
