@@ -109,7 +109,8 @@ class Mailbox:
 
 class MessageSummary(msgspec.Struct, frozen=True):
     """A msgspec Struct rather than a dataclass: a list page builds thirty of these per request,
-    and a frozen dataclass's __init__ (one object.__setattr__ per field) measured 12 % of it."""
+    and a frozen dataclass's __init__ (one object.__setattr__ per field) is a visible share of it
+    (docs/performance.md, "Figures behind the code")."""
 
     id: str
     mailbox_id: str
@@ -169,6 +170,17 @@ class MessageDetail:
     text_body: str
     html_body: str
     attachments: tuple[Attachment, ...] = field(default_factory=tuple)
+    to: str = ""
+    cc: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+    codes: tuple[str, ...] = ()
+    links: tuple[Link, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    url: str
+    text: str
 
 
 @dataclass(frozen=True, slots=True)

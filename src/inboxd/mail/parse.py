@@ -11,9 +11,9 @@ How a message is taken apart:
   regular expression (the header-line rule of ``email.feedparser``), its fields are split out with another
   and stored in a ``compat32`` ``Message``, whose parameter handling (RFC 2231 included) then reads
   content types, charsets, boundaries and filenames; multipart bodies are cut at their delimiters with
-  ``bytes.find``. ``BytesParser`` was measured at about 250 µs for a 4 KB multipart message (its
-  ``FeedParser`` alone costs 20 to 30 µs per header block), it keeps no original bytes for a nested
-  message/rfc822, and deep nesting makes it raise RecursionError; the walk costs a fraction of that,
+  ``bytes.find``. ``BytesParser`` is several times slower on a small multipart message (its
+  ``FeedParser`` runs per header block; figures in docs/performance.md), it keeps no original bytes
+  for a nested message/rfc822, and deep nesting makes it raise RecursionError; the walk costs a fraction of that,
   stops as soon as the summary has what it needs, caps depth, and hands a nested message on byte for
   byte.
 * Header blocks are decoded as UTF-8 with replacement before parsing, so raw 8-bit (SMTPUTF8) headers
@@ -70,6 +70,10 @@ class ParsedMessage:
     text_body: str
     html_body: str
     attachments: tuple[ParsedAttachment, ...]
+    # Every top-level header in order, RFC 2047 decoded and unfolded: (name as written, value).
+    headers: tuple[tuple[str, str], ...] = ()
+    to: str = ""  # rendered as `from` is: "Name <addr>, addr2"
+    cc: str = ""
 
 
 _PREVIEW_LENGTH = 100
@@ -103,7 +107,7 @@ _ENCODED_WORD = re.compile(r"=\?([^?\s]+)\?([bBqQ])\?([^?\r\n]*)\?=")
 _LINE_BREAKS = re.compile(r"[\r\n]")
 _SURROGATES = re.compile("[\ud800-\udfff]")
 # The From header forms nearly all mail uses: `addr`, `Name <addr>` and `"Name" <addr>`, read here without
-# getaddresses, which costs 20 to 40 µs; whatever else (comments, groups, lists, odd spacing) goes to it.
+# getaddresses, which is slow for the hot path; whatever else (comments, groups, lists, odd spacing) goes to it.
 _ADDR_SPEC = r'[^\s"<>@,;:()\\\[\]]+@[^\s"<>@,;:()\\\[\]]+'
 # Each part is deterministic (the unquoted name runs greedily up to "<"), so no input backtracks.
 _SIMPLE_ADDRESS = re.compile(rf'(?:"((?:[^"\\]|\\.)*)"\s*|([^"<>@,;:()\\\[\]]*))<({_ADDR_SPEC})>|({_ADDR_SPEC})')
@@ -164,13 +168,17 @@ def parse_message(raw: bytes) -> ParsedMessage:
     body likewise the first such text/html leaf; every other leaf, in document order, is an attachment.
     A message/rfc822 part is one attachment holding the nested message's bytes.
     """
-    from_ = subject = text_body = html_body = ""
+    from_ = subject = text_body = html_body = to = cc = ""
     attachments: list[ParsedAttachment] = []
+    header_list: tuple[tuple[str, str], ...] = ()
     try:
         raw = bytes(raw)
         headers, body_start = _split_entity(raw, 0, len(raw))
         from_ = _from_header(headers)
         subject = _subject_header(headers)
+        to = _address_header(headers, "to")
+        cc = _address_header(headers, "cc")
+        header_list = _decoded_headers(headers)
         have_text = have_html = False
         for leaf in _leaves(raw, headers, body_start):
             if leaf.ctype == "text/plain" and not have_text and not leaf.is_attachment():
@@ -185,7 +193,15 @@ def parse_message(raw: bytes) -> ParsedMessage:
         # Never raise: keep the fields and the attachments found before the failure.
         pass
     summary = Summary(from_=from_, subject=subject, preview_text=_preview(text_body, html_body))
-    return ParsedMessage(summary=summary, text_body=text_body, html_body=html_body, attachments=tuple(attachments))
+    return ParsedMessage(
+        summary=summary,
+        text_body=text_body,
+        html_body=html_body,
+        attachments=tuple(attachments),
+        headers=header_list,
+        to=to,
+        cc=cc,
+    )
 
 
 def html_to_text(html: str) -> str:
@@ -412,9 +428,26 @@ def _subject_header(headers: Message) -> str:
         return ""
 
 
+def _decoded_headers(headers: Message) -> tuple[tuple[str, str], ...]:
+    out = []
+    for name, value in headers.raw_items():
+        try:
+            decoded = _collapse(without_surrogates(_decode_words(str(value))))
+        except Exception:
+            decoded = _collapse(str(value))
+        out.append((name, decoded))
+    return tuple(out)
+
+
 def _from_header(headers: Message) -> str:
+    return _address_header(headers, "from")
+
+
+def _address_header(headers: Message, header: str) -> str:
+    """An address header rendered as "Name <addr>, addr2", decoded; its decoded text when it is not
+    a list of addresses; "" when absent."""
     try:
-        value = _header(headers, "from")
+        value = _header(headers, header)
     except Exception:
         return ""
     try:
