@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import smtplib
 import os
+import smtplib
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
