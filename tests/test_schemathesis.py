@@ -75,12 +75,12 @@ def test_api_conforms_to_its_document(live: dict[str, Any]) -> None:
     failures: list[str] = []
     operations = 0
     for result in schema.get_all_operations():
-        operation = result.ok()
+        operation = result.ok()  # type: ignore[union-attr]  # an invalid operation raises here
         operations += 1
 
         @SETTINGS
         @hypothesis.given(case=operation.as_strategy())
-        def check(case: schemathesis.Case) -> None:
+        def check(case: Any) -> None:
             if case.path.endswith("/wait"):
                 # A long poll waits its timeout out (30 s by default): keep the run short.
                 case.query = {**(case.query or {}), "timeout": 0.2}
