@@ -141,6 +141,8 @@ class MailboxService:
         )
 
         async def insert(tx: Tx) -> None:
+            # Several processes may create for one user at once: count under the user's row lock.
+            await user_store.lock_user(tx, user.id)
             if await store.count_for_user(tx, user.id) >= cap:
                 raise Forbidden(f"This plan allows {cap} mailboxes.", code="account_limit_reached")
             if await store.get_by_address(tx, address) is not None:
