@@ -36,11 +36,18 @@ lint: $(TEST_STAMP)
 typecheck: $(TEST_STAMP)
 	$(BIN)/mypy
 
+# The browser tests drive Debian's chromium through Playwright (Playwright's own browser download
+# is not used).
+CHROMIUM := /usr/bin/chromium
+
+$(CHROMIUM):
+	$$(command -v flock >/dev/null && echo flock /tmp/apt.lock) sh -c 'apt-get update -q && apt-get install -y -q chromium'
+
 $(IDP_STAMP): tests/idp/package.json tests/idp/package-lock.json
 	npm ci --prefix tests/idp --no-audit --no-fund --loglevel=error
 	touch $@
 
-pytest: $(TEST_STAMP) $(IDP_STAMP) services
+pytest: $(TEST_STAMP) $(IDP_STAMP) services $(CHROMIUM)
 	$(BIN)/pytest
 
 test: lint typecheck pytest

@@ -17,7 +17,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import api, hotspots, ingest, report
+from bench import api, hotspots, ingest, report, submission
 from bench.rig import INBOXD_POSTGRES, INBOXD_SQLITE, LABELS, MAILDEV, TARGETS, Rig
 from bench.tools import INSTALL_LOAD_TOOLS, INSTALL_PY_SPY, Tools, find_tools
 
@@ -50,6 +50,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ingest_opts.add_argument("--connections", type=_csv_ints, default=(1, 8, 32))
     ingest_opts.add_argument("--messages", type=int, default=5000, help="messages per ingest run")
 
+    submission_opts = argparse.ArgumentParser(add_help=False)
+    submission_opts.add_argument(
+        "--submission-connections", type=_csv_ints, default=submission.DEFAULT_CONNECTIONS, help="sandbox runs"
+    )
+    submission_opts.add_argument("--submission-messages", type=int, default=3000, help="messages per sandbox run")
+
     api_opts = argparse.ArgumentParser(add_help=False)
     api_opts.add_argument("--fill", type=int, default=10000, help="messages in the mailbox")
     api_opts.add_argument("--http-connections", type=int, default=16)
@@ -59,7 +65,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("ingest", parents=[common, ingest_opts], help="SMTP ingest messages/s")
     sub.add_parser("api", parents=[common, api_opts], help="list-page and single-message requests/s")
-    sub.add_parser("all", parents=[common, ingest_opts, api_opts], help="ingest, then api")
+    sub.add_parser("submission", parents=[common, submission_opts], help="SMTP sandbox submission messages/s")
+    sub.add_parser("all", parents=[common, ingest_opts, submission_opts, api_opts], help="ingest, submission, api")
     profile = sub.add_parser("profile", parents=[common], help="py-spy profile of inboxd under SMTP load")
     profile.add_argument("--workload", choices=["ingest", "list"], default="ingest")
     profile.add_argument("--connections", type=int, default=32, help="SMTP or HTTP connections")
@@ -158,6 +165,19 @@ def main(argv: list[str]) -> int:
                     ingest_figures += result
             print(report.ingest(ingest_figures, notes), end="\n\n", flush=True)
             failed |= any(not f.ok for f in ingest_figures if f.target != MAILDEV)
+        if args.command in ("submission", "all"):
+            sandbox_figures: list[ingest.IngestFigure] = []
+            sandbox_notes = [n for n in notes if args.command == "submission"]
+            for target in targets:
+                found = submission.safe_measure(
+                    rig, target=target, connections=args.submission_connections, messages=args.submission_messages
+                )
+                if isinstance(found, str):
+                    sandbox_notes.append(found)
+                else:
+                    sandbox_figures += found
+            print(report.ingest(sandbox_figures, sandbox_notes, title=submission.TITLE), end="\n\n", flush=True)
+            failed |= any(not f.ok for f in sandbox_figures if f.target != MAILDEV)
         if args.command in ("api", "all"):
             api_notes = [n for n in notes if args.command == "api"]
             if tools.wrk is None:

@@ -32,10 +32,16 @@ def _pct(cpu: float, elapsed: float) -> str:
     return f"{100 * cpu / elapsed:.0f}%" if elapsed else "-"
 
 
-def ingest(figures: Sequence[IngestFigure], notes: Sequence[str] = ()) -> str:
+def ingest(figures: Sequence[IngestFigure], notes: Sequence[str] = (), *, title: Sequence[str] = ()) -> str:
     out = [
-        f"SMTP ingest: {MESSAGE_SIZE}-byte message, persistent connections, one transaction at a time per connection",
-        "(inboxd answers 250 after its commit; MailDev keeps mail in memory and unsynced temp files).",
+        *(
+            title
+            or (
+                f"SMTP ingest: {MESSAGE_SIZE}-byte message, persistent connections, one transaction at a time "
+                "per connection",
+                "(inboxd answers 250 after its commit; MailDev keeps mail in memory and unsynced temp files).",
+            )
+        ),
         "CPU 100% = one core.",
         "",
     ]

@@ -118,6 +118,7 @@ class _ServerProcess:
         self.log = log
         self.http_port = free_port()
         self.smtp_port = free_port()
+        self.submission_port = free_port()
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -160,6 +161,8 @@ class Inboxd(_ServerProcess):
             "INBOXD_HTTP_PORT": str(self.http_port),
             "INBOXD_SMTP_HOST": HOST,
             "INBOXD_SMTP_PORT": str(self.smtp_port),
+            "INBOXD_SUBMISSION_HOST": HOST,
+            "INBOXD_SUBMISSION_PORT": str(self.submission_port),
             "INBOXD_LOG_LEVEL": "warning",
             # The bench user is the bootstrap admin (plan pro); request-rate limits would turn a
             # throughput figure into a measure of the limiter, so they are lifted here.
@@ -204,6 +207,16 @@ class Inboxd(_ServerProcess):
     def count(self, mailbox: Mailbox) -> int:
         return count_pages(lambda n: self.page(mailbox, n))
 
+    def sandbox(self) -> dict[str, Any]:
+        """The bench user's SMTP sandbox settings (`GET /api/user/sandbox`)."""
+        info: dict[str, Any] = http_json("GET", f"{self.base}/api/user/sandbox", token=self.token)
+        return info
+
+    def purge_sandbox(self) -> int:
+        """Empty the sandbox; how many messages it held."""
+        deleted: int = http_json("DELETE", f"{self.base}/api/user/sandbox/messages", token=self.token)["deleted"]
+        return deleted
+
 
 def count_pages(page: Callable[[int], Sequence[object]]) -> int:
     """Items in a paged list, counted through the pages alone: a search for the last full page."""
@@ -226,12 +239,32 @@ def count_pages(page: Callable[[int], Sequence[object]]) -> int:
 class MailDev(_ServerProcess):
     """MailDev 2.2.1 (mail kept in memory and in unsynced temp files: not durable), via the peers script."""
 
-    def __init__(self, *, script: Path, workdir: Path) -> None:
+    def __init__(self, *, script: Path, workdir: Path, incoming: tuple[str, str] | None = None) -> None:
         super().__init__(log=workdir / f"maildev-{uuid.uuid4().hex[:6]}.log")
         self.script = script
+        self.incoming = incoming
 
     def start(self) -> None:
-        self._launch([str(self.script), str(self.smtp_port), str(self.http_port)])
+        if self.incoming is None:
+            self._launch([str(self.script), str(self.smtp_port), str(self.http_port)])
+            return
+        # With SMTP AUTH: the peers script takes no options, so run the MailDev it installed with
+        # the script's own options plus the incoming credentials (a plain start installs it first).
+        binary = Path(os.environ.get("MAILDEV_HOME", "/tmp/peer-maildev-2.2.1")) / "node_modules/.bin/maildev"
+        if not binary.exists():
+            installer = MailDev(script=self.script, workdir=self.log.parent)
+            try:
+                installer.start()
+            finally:
+                installer.stop()
+        user, password = self.incoming
+        self._launch(
+            [
+                str(binary),
+                *("--ip", HOST, "--web-ip", HOST, "-s", str(self.smtp_port), "-w", str(self.http_port), "--silent"),
+                *("--incoming-user", user, "--incoming-pass", password),
+            ]
+        )
 
     def exit_note(self) -> str:
         """Why the process is gone, from its exit status and the last line of its log."""

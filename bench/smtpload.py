@@ -8,6 +8,7 @@ A run is bounded: it is killed after `timeout` seconds and reported as such.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import resource
 import shlex
@@ -105,12 +106,19 @@ async def _reply(reader: asyncio.StreamReader, expect: bytes) -> None:
         raise _SmtpReplyError(line.decode(errors="replace").strip())
 
 
-async def _session(port: int, *, payload: bytes, recipient: str, remaining: list[int]) -> None:
+async def _session(
+    port: int, *, payload: bytes, recipient: str, remaining: list[int], auth: tuple[str, str] | None = None
+) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         await _reply(reader, b"220")
         writer.write(b"EHLO load.test\r\n")
         await _reply(reader, b"250")
+        if auth is not None:
+            # Once per connection, as an application's mail library does.
+            credentials = base64.b64encode(f"\0{auth[0]}\0{auth[1]}".encode()).decode()
+            writer.write(f"AUTH PLAIN {credentials}\r\n".encode())
+            await _reply(reader, b"235")
         envelope = [f"MAIL FROM:<{SENDER}>\r\n".encode(), f"RCPT TO:<{recipient}>\r\n".encode(), b"DATA\r\n"]
         while remaining[0] > 0:
             remaining[0] -= 1
@@ -127,7 +135,9 @@ async def _session(port: int, *, payload: bytes, recipient: str, remaining: list
             await writer.wait_closed()
 
 
-async def _python_load(port: int, *, connections: int, messages: int, message: bytes, recipient: str) -> str:
+async def _python_load(
+    port: int, *, connections: int, messages: int, message: bytes, recipient: str, auth: tuple[str, str] | None
+) -> str:
     """Empty when every message got its 250, else the first failure."""
     payload = (b"\r\n" + message).replace(b"\r\n.", b"\r\n..")[2:] + b".\r\n"
     remaining = [messages]
@@ -135,20 +145,29 @@ async def _python_load(port: int, *, connections: int, messages: int, message: b
     try:
         async with asyncio.TaskGroup() as group:
             for _ in range(connections):
-                group.create_task(_session(port, payload=payload, recipient=recipient, remaining=remaining))
+                group.create_task(_session(port, payload=payload, recipient=recipient, remaining=remaining, auth=auth))
     except* (_SmtpReplyError, OSError) as errors:
         failures.append(f"client error: {errors.exceptions[0]}"[:200])
     return failures[0] if failures else ""
 
 
 def run_python_client(
-    *, port: int, connections: int, messages: int, message: bytes, recipient: str, timeout: float
+    *,
+    port: int,
+    connections: int,
+    messages: int,
+    message: bytes,
+    recipient: str,
+    timeout: float,
+    auth: tuple[str, str] | None = None,
 ) -> LoadRun:
     """The Python client, on uvloop when available, in this (the bench's) process."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu_before = usage.ru_utime + usage.ru_stime
     started = time.perf_counter()
-    coro = _python_load(port, connections=connections, messages=messages, message=message, recipient=recipient)
+    coro = _python_load(
+        port, connections=connections, messages=messages, message=message, recipient=recipient, auth=auth
+    )
     try:
         failure = _run(asyncio.wait_for(coro, timeout))
     except TimeoutError:
@@ -157,7 +176,8 @@ def run_python_client(
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return LoadRun(
         client="python-asyncio",
-        command=f"(built-in Python client: {connections} connections, {messages} messages)",
+        command=f"(built-in Python client: {connections} connections, {messages} messages"
+        + (", AUTH PLAIN once per connection)" if auth else ")"),
         messages=messages,
         connections=connections,
         elapsed=elapsed,

@@ -140,6 +140,7 @@ async def run(args: argparse.Namespace) -> None:
             database_schema=f"bench_{uuid.uuid4().hex[:8]}" if args.database_url else "",
             http_port=0,
             smtp_port=0,
+            submission_port=0,
             webhook_ca_file=ca_path,
             webhook_allow_private=True,
             log_level="warning",

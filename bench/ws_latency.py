@@ -62,6 +62,7 @@ async def start_server(data_dir: Path) -> Server:
         "INBOXD_DATA_DIR": str(data_dir),
         "INBOXD_HTTP_PORT": "0",
         "INBOXD_SMTP_PORT": "0",
+        "INBOXD_SUBMISSION_PORT": "0",
         "INBOXD_LOG_LEVEL": "warning",
         # The benchmark creates hundreds of mailboxes and sends thousands of mails at once.
         "INBOXD_PRO_RPS": "1000000",

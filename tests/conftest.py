@@ -29,6 +29,13 @@ from inboxd.config import Settings
 from inboxd.store import migrate
 from inboxd.store.schema import metadata
 
+# Browser fixtures (Playwright with Debian's chromium), for the dashboard's tests.
+pytest_plugins = ["tests.browser"]
+
+# Every inboxd a test starts, in this process or as a child that inherits the environment, binds
+# its submission listener to a free port: the default 2587 would collide between parallel runs.
+os.environ.setdefault("INBOXD_SUBMISSION_PORT", "0")
+
 PG_URL = os.environ.get("INBOXD_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("INBOXD_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -95,6 +102,7 @@ def make_settings(backend: str, tmp_path: Path, request: pytest.FixtureRequest, 
         "data_dir": data_dir,
         "http_port": 0,
         "smtp_port": 0,
+        "submission_port": 0,
         "sweep_interval": 3600.0,
         "redis_prefix": f"inboxd-test:{uuid.uuid4().hex[:8]}:",
         # Generous limits, so tests that fire requests quickly are not refused; the limit tests

@@ -113,6 +113,37 @@ async def test_python_client_delivers_every_message_and_pages_count_them(harness
     assert listed["messages"][0]["subject"] == "Benchmark message of four kilobytes"
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_python_client_authenticates_on_the_sandbox(harness: Harness) -> None:
+    """The submission bench's client: AUTH PLAIN once per connection, every message captured."""
+    info = (await harness.http.get("/api/user/sandbox", headers=harness.auth())).json()
+    message = build_message(4096, sender="a@load.test", recipient="customer@example.org")
+    run = await asyncio.to_thread(
+        run_python_client,
+        port=info["smtp_port"],
+        connections=4,
+        messages=40,
+        message=message,
+        recipient="customer@example.org",
+        timeout=60,
+        auth=(info["username"], harness.admin_token),
+    )
+    assert not run.failure and "AUTH PLAIN" in run.command
+    purged = await harness.http.delete("/api/user/sandbox/messages", headers=harness.auth())
+    assert purged.json() == {"deleted": 40}
+    wrong = await asyncio.to_thread(
+        run_python_client,
+        port=info["smtp_port"],
+        connections=1,
+        messages=1,
+        message=message,
+        recipient="customer@example.org",
+        timeout=60,
+        auth=(info["username"], "ibx_wrong"),
+    )
+    assert "535" in wrong.failure
+
+
 def test_counting_pages_finds_every_length() -> None:
     for n in (0, 1, 29, 30, 31, 60, 61, 899, 900, 10000):
 

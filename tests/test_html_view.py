@@ -80,3 +80,17 @@ def test_huge_bodies_are_cut_and_say_so() -> None:
     assert safe.truncated
     assert len(safe.document) < MAX_HTML_CHARS + 500
     assert not render("<p>short</p>", {}, allow_remote=False).truncated
+
+
+def test_remote_css_is_taken_out_unless_asked_for() -> None:
+    markup = (
+        "<style>body { background: url(https://t.example/bg.png) } @import 'https://t.example/x.css';</style>"
+        "<div style=\"background-image: url('//t.example/s.png'); color: red\">x</div>"
+        "<p>see url(https://example.com/) in text</p>"
+    )
+    blocked = render(markup, {}, allow_remote=False)
+    assert "t.example" not in blocked.document
+    assert blocked.remote_blocked == 3
+    assert "color: red" in blocked.document
+    assert "see url(https://example.com/) in text" in blocked.document
+    assert "t.example/bg.png" in render(markup, {}, allow_remote=True).document

@@ -333,3 +333,21 @@ async def test_redis_down_is_a_storage_error(make_settings: Any) -> None:
     finally:
         await limiter.stop()
         await db.close()
+
+
+async def test_counted_operations_take_no_rate_and_stop_at_the_quota(
+    limiter_factory: tuple[MakeLimiter, FrozenClock, Database],
+) -> None:
+    """`count` (a message the SMTP sandbox captured): seeded from the store, no bucket, capped."""
+    make, clock, db = limiter_factory
+    user = a_user("free")
+    await db.write(partial(ops_usage.add_counts, deltas={(user.id, "2026-11"): 495}))
+    limiter = await make(free_rps=1.0, usage_flush_interval=3600.0)
+    await limiter.admit(user, creates_mailbox=False)
+    for _ in range(10):  # far above the request rate, and past the quota
+        await limiter.count(user)
+    assert await limiter.usage(user) == (500, 500)
+    clock.advance(1)  # the bucket refilled: the refusal is the quota's
+    assert (await refused(limiter, user)).code == "ops_quota_exceeded"
+    await limiter.stop()
+    assert await db.read(partial(ops_usage.get_count, user_id=user.id, month="2026-11")) == 500

@@ -115,6 +115,7 @@ class Processes:
             "INBOXD_REDIS_PREFIX": settings.redis_prefix,
             "INBOXD_HTTP_PORT": "0",
             "INBOXD_SMTP_PORT": "0",
+            "INBOXD_SUBMISSION_PORT": "0",
             "INBOXD_LOG_LEVEL": "warning",
             **{f"INBOXD_{k.upper()}": str(v) for k, v in SHARED.items() if k != "redis_url"},
         }

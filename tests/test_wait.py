@@ -218,3 +218,38 @@ async def test_mail_accepted_by_another_process_ends_the_wait(make_settings: Any
                 assert answer.status_code == 200, answer.text
                 assert answer.json()["subject"] == subject
                 assert time.monotonic() - sent < 3
+
+
+async def test_the_sandbox_lists_by_filter_and_waits(harness: Harness) -> None:
+    from tests.test_submission import open_sandbox
+
+    sandbox = await open_sandbox(harness.http, await harness.new_user("pro"), harness.server.submission_port)
+    url = "/api/user/sandbox/messages"
+    waiting = asyncio.ensure_future(
+        harness.http.get(f"{url}/wait", params={"to": "dave@", "timeout": "20"}, headers=sandbox.auth())
+    )
+    await asyncio.sleep(0.3)
+    await asyncio.to_thread(sandbox.send, ["ann@example.org"], simple_message(subject="To Ann").as_bytes())
+    # Dave only in the envelope (a Bcc): `to` finds him there.
+    await asyncio.to_thread(
+        sandbox.send, ["ann@example.org", "dave@example.org"], simple_message(subject="Bcc Dave").as_bytes()
+    )
+    answer = await asyncio.wait_for(waiting, 15)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["subject"] == "Bcc Dave" and body["recipients"] == ["ann@example.org", "dave@example.org"]
+    listed = await harness.http.get(url, params={"subject": "ann"}, headers=sandbox.auth())
+    assert [m["subject"] for m in listed.json()["messages"]] == ["To Ann"]
+    async with asyncio.timeout(10):
+        while True:
+            found = await harness.http.get(url, params={"to": "dave"}, headers=sandbox.auth())
+            if found.json()["messages"]:
+                break
+            await asyncio.sleep(0.05)
+    assert [m["subject"] for m in found.json()["messages"]] == ["Bcc Dave"]
+    timeout = await harness.http.get(
+        f"{url}/wait", params={"subject": "nothing", "timeout": "0"}, headers=sandbox.auth()
+    )
+    assert timeout.status_code == 408 and timeout.json()["error"] == "timeout"
+    bad = await harness.http.get(url, params={"has_attachments": "maybe"}, headers=sandbox.auth())
+    assert bad.status_code == 400 and "`has_attachments`" in bad.json()["message"]

@@ -541,6 +541,7 @@ async def test_job_in_flight_when_the_process_dies_is_retried(
         "INBOXD_DATABASE_SCHEMA": settings.database_schema,
         "INBOXD_HTTP_PORT": "0",
         "INBOXD_SMTP_PORT": "0",
+        "INBOXD_SUBMISSION_PORT": "0",
         "INBOXD_WEBHOOK_CA_FILE": str(receiver.ca_path),
         "INBOXD_WEBHOOK_ALLOW_PRIVATE": "true",
         "INBOXD_WEBHOOK_LEASE": "1",

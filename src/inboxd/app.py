@@ -37,10 +37,14 @@ from inboxd.services.messages import MessageService
 from inboxd.services.ops_ledger import OpsLedger
 from inboxd.services.profile import ProfileService
 from inboxd.services.registry import Services
+from inboxd.services.sandbox import SandboxService
+from inboxd.services.sessions import SessionService
+from inboxd.services.signin import SignInService
 from inboxd.services.users import UserService
 from inboxd.services.waits import WaitService
 from inboxd.services.webhooks import WebhookService
 from inboxd.smtp.server import SmtpServer
+from inboxd.smtp.submission import Submission
 from inboxd.store import migrate
 from inboxd.store import users as user_store
 from inboxd.store.db import Database, PostgresDatabase, SqliteDatabase
@@ -83,10 +87,13 @@ class Inboxd:
         self.settings = settings
         self.clock = clock
         self.bootstrap_token: str | None = None
+        self.bootstrap_link: str | None = None
         self._db: Database | None = None
         self._bus: EventBus | None = None
         self._services: Services | None = None
         self._smtp: SmtpServer | None = None
+        self._submission: SmtpServer | None = None
+        self._submissions: SmtpServer | None = None
         self._http: uvicorn.Server | None = None
         self._http_task: asyncio.Task[None] | None = None
         self._http_sock: socket.socket | None = None
@@ -104,6 +111,15 @@ class Inboxd:
     def smtp_port(self) -> int:
         assert self._smtp is not None
         return self._smtp.port
+
+    @property
+    def submission_port(self) -> int:
+        assert self._submission is not None
+        return self._submission.port
+
+    @property
+    def submissions_port(self) -> int | None:
+        return None if self._submissions is None else self._submissions.port
 
     @property
     def http_port(self) -> int:
@@ -154,17 +170,41 @@ class Inboxd:
         services.ingest.on_stored(indexer.wake)
         indexer.start()
         stack.push_async_callback(indexer.stop)
-        self._smtp = smtp = SmtpServer(services.ingest, settings=settings, tls=self._smtp_tls())
+        tls = self._smtp_tls()
+        self._smtp = smtp = SmtpServer(services.ingest, settings=settings, tls=tls)
         await smtp.start(_bind(settings.smtp_host, settings.smtp_port))
         stack.push_async_callback(smtp.stop)
+        await self._start_submission(services, tls)
         await self._start_http(services)
         log.info(
-            "inboxd listening: HTTP %s:%d, SMTP %s:%d",
+            "inboxd listening: HTTP %s:%d, SMTP %s:%d, submission %s:%d",
             settings.http_host,
             self.http_port,
             settings.smtp_host,
             self.smtp_port,
+            settings.submission_host,
+            self.submission_port,
         )
+
+    async def _start_submission(self, services: Services, tls: ssl.SSLContext | None) -> None:
+        """The SMTP sandbox's listeners: submission (STARTTLS when certificates are set), and
+        implicit TLS when its port is configured."""
+        settings = self.settings
+        hooks = Submission(
+            sandboxes=services.sandboxes, ingest=services.ingest, admission=services.admission, settings=settings
+        )
+        self._submission = submission = SmtpServer(services.ingest, settings=settings, tls=tls, hooks=hooks)
+        await submission.start(_bind(settings.submission_host, settings.submission_port))
+        self._stack.push_async_callback(submission.stop)
+        if settings.submissions_port is not None:
+            if tls is None:
+                raise RuntimeError("INBOXD_SUBMISSIONS_PORT needs INBOXD_TLS_CERT and INBOXD_TLS_KEY")
+            self._submissions = implicit = SmtpServer(
+                services.ingest, settings=settings, tls=tls, hooks=hooks, implicit_tls=True
+            )
+            await implicit.start(_bind(settings.submission_host, settings.submissions_port))
+            self._stack.push_async_callback(implicit.stop)
+        services.sandboxes.listening(port=self.submission_port, tls_port=self.submissions_port)
 
     async def _build_services(self, db: Database, bus: EventBus) -> Services:
         settings, clock = self.settings, self.clock
@@ -199,6 +239,9 @@ class Inboxd:
             ),
             profiles=ProfileService(db, settings=settings),
             webhooks=WebhookService(db, settings=settings, clock=clock),
+            sessions=SessionService(db, settings=settings, clock=clock),
+            sign_in=SignInService(db, settings=settings, clock=clock),
+            sandboxes=SandboxService(db, settings=settings, messages=messages, tokens=mailbox_tokens, clock=clock),
             waits=WaitService(messages, bus),
         )
 
@@ -208,10 +251,10 @@ class Inboxd:
         return LocalBus()
 
     def _smtp_tls(self) -> ssl.SSLContext | None:
-        if not self.settings.smtp_tls_cert:
+        if not self.settings.resolved_tls_cert:
             return None
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(self.settings.smtp_tls_cert, self.settings.smtp_tls_key or None)
+        context.load_cert_chain(self.settings.resolved_tls_cert, self.settings.resolved_tls_key or None)
         return context
 
     async def _start_http(self, services: Services) -> None:
@@ -253,6 +296,7 @@ class Inboxd:
         admin = await users.create_user("admin@localhost", plan="pro", role="admin")
         created = await users.create_token(admin, "bootstrap")
         self.bootstrap_token = created.value
+        self.bootstrap_link = await self.services.sign_in.issue_link(admin)
         path = Path(self.settings.data_dir) / BOOTSTRAP_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -292,13 +336,25 @@ async def serve(settings: Settings) -> None:
     server = Inboxd(settings)
     await server.start()
     http = f"http://{settings.http_host}:{server.http_port}"
-    print(f"inboxd: HTTP on {http}  SMTP on {settings.smtp_host}:{server.smtp_port}", flush=True)
+    print(
+        f"inboxd: HTTP on {http}  SMTP on {settings.smtp_host}:{server.smtp_port}"
+        f"  submission on {settings.submission_host}:{server.submission_port}",
+        flush=True,
+    )
     if server.bootstrap_token:
         print(
             f"inboxd: bootstrap API token (shown once, also in {Path(settings.data_dir) / BOOTSTRAP_FILE}):",
             flush=True,
         )
         print(server.bootstrap_token, flush=True)
+    if server.bootstrap_link:
+        minutes = max(1, round(settings.sign_in_link_ttl / 60))
+        print(
+            f"inboxd: one-time dashboard sign-in link for admin@localhost (valid {minutes} minutes; "
+            "`inboxd users sign-in-link --email admin@localhost` prints a new one):",
+            flush=True,
+        )
+        print(server.bootstrap_link, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -12,8 +13,10 @@ import click
 
 from inboxd.config import Settings, load_settings
 from inboxd.errors import InboxdError
+from inboxd.services.signin import SignInService
 from inboxd.services.users import UserService
 from inboxd.store import migrate
+from inboxd.store.db import Database
 
 T = TypeVar("T")
 
@@ -27,14 +30,18 @@ def _run(coro: Awaitable[T]) -> T:
         return asyncio.run(coro)  # type: ignore[arg-type]
 
 
-async def _with_users(settings: Settings, action: Callable[[UserService], Awaitable[T]]) -> T:
+async def _with_db(settings: Settings, action: Callable[[Database], Awaitable[T]]) -> T:
     from inboxd.app import open_database
 
     db = await open_database(settings)
     try:
-        return await action(UserService(db, clock=__import__("time").time))
+        return await action(db)
     finally:
         await db.close()
+
+
+async def _with_users(settings: Settings, action: Callable[[UserService], Awaitable[T]]) -> T:
+    return await _with_db(settings, lambda db: action(UserService(db, clock=time.time)))
 
 
 @click.group()
@@ -103,6 +110,22 @@ def users_set(email: str, plan: str | None, status: str | None) -> None:
     """Change a user's plan or status."""
     user = _guarded(_with_users(load_settings(), lambda s: s.set_user(email, plan=plan, status=status)))
     click.echo(f"user {user.email}: plan={user.plan} status={user.status}")
+
+
+@users.command("sign-in-link")
+@click.option("--email", required=True, help="The user the link signs in.")
+def users_sign_in_link(email: str) -> None:
+    """Print a one-time dashboard sign-in link (alone on the last line; valid 15 minutes by default)."""
+    settings = load_settings()
+
+    async def issue(db: Database) -> str:
+        user = await UserService(db, clock=time.time).user_by_email(email)
+        return await SignInService(db, settings=settings, clock=time.time).issue_link(user)
+
+    link = _guarded(_with_db(settings, issue))
+    minutes = max(1, round(settings.sign_in_link_ttl / 60))
+    click.echo(f"One-time sign-in link for {email} (valid {minutes} minutes, works once):")
+    click.echo(link)
 
 
 @main.group()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
@@ -96,6 +96,38 @@ class Settings(BaseSettings):
     ws_send_queue: int = 100
     mailbox_token_ttl: float = 86400.0
 
+    # Sign-in and browser sessions (README "Sign-in"). `signup_allow`: empty lets only existing
+    # users in, "*" anyone with a verified email, else a list of email domains.
+    session_ttl: float = 1209600.0
+    sign_in_link_ttl: float = 900.0
+    sign_in_rate: float = 20.0
+    signup_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    signup_plan: Literal["free", "pro"] = "free"
+    github_client_id: str = ""
+    github_client_secret: str = ""
+    github_url: str = "https://github.com"
+    github_api_url: str = "https://api.github.com"
+    google_client_id: str = ""
+    google_client_secret: str = ""
+    google_issuer: str = "https://accounts.google.com"
+    oidc_issuer: str = ""
+    oidc_client_id: str = ""
+    oidc_client_secret: str = ""
+    oidc_name: str = "Single sign-on"
+    provider_timeout: float = 10.0
+
+    # The SMTP sandbox (issue 14): the submission listener, its TLS and its credentials. TLS
+    # certificates also make the receiving listener offer STARTTLS; `smtp_tls_*` are older names.
+    submission_host: str = "127.0.0.1"
+    submission_port: int = 2587
+    # Implicit TLS ("submissions", RFC 8314); None: not listening. 0 picks a free port.
+    submissions_port: int | None = None
+    submission_allow_plaintext_auth: bool = False
+    sandbox_anonymous_user: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_handshake_timeout: float = 30.0
+
     max_message_size: int = 26214400
     max_recipients: int = 100
 
@@ -114,6 +146,16 @@ class Settings(BaseSettings):
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
+
+    @field_validator("signup_allow", mode="before")
+    @classmethod
+    def _signup_allow(cls, value: object) -> object:
+        return _split_csv(value)
+
+    @field_validator("signup_allow")
+    @classmethod
+    def _signup_domains(cls, value: list[str]) -> list[str]:
+        return [d.strip().lower().lstrip("@").rstrip(".") for d in value]
 
     @field_validator("webhook_retry_schedule", mode="before")
     @classmethod
@@ -147,6 +189,18 @@ class Settings(BaseSettings):
             return self.web_origin.rstrip("/")
         parts = urlsplit(self.base_url)
         return f"{parts.scheme}://{parts.netloc}"
+
+    @property
+    def secure_cookies(self) -> bool:
+        return self.base_url.lower().startswith("https://")
+
+    @property
+    def resolved_tls_cert(self) -> str:
+        return self.tls_cert or self.smtp_tls_cert
+
+    @property
+    def resolved_tls_key(self) -> str:
+        return self.tls_key or self.smtp_tls_key
 
     @property
     def resolved_smtp_hostname(self) -> str:

@@ -3,7 +3,8 @@
     InboxdError                      500 internal_error
     ├── InvalidRequest               400 invalid_request (and the spec's other 400 codes)
     ├── Unauthorized                 401 invalid_token / invalid_or_expired_token / account_revoked
-    ├── Forbidden                    403 access_denied / pro_required / *_limit_reached
+    ├── Forbidden                    403 access_denied / pro_required / *_limit_reached / csrf_failed
+    │   └── SignInRefused            403 email_not_verified / sign_up_closed / account_revoked
     ├── NotFound                     404 not_found
     ├── MethodNotAllowed             405 method_not_allowed
     ├── WaitTimeout                  408 timeout (no matching message within a wait's timeout)
@@ -11,6 +12,7 @@
     ├── Gone                         410 expired / domain_expired
     ├── PayloadTooLarge              413 payload_too_large
     ├── RateLimited                  429 rate_limit_exceeded / ops_quota_exceeded
+    ├── ProviderError                502 provider_error: an identity provider down or answering nonsense
     ├── Unavailable                  503 unavailable (the server is stopping)
     └── StorageError                 500 a fault of the database (SMTP answers 451)
         ├── DuplicateKey             409 a unique key taken (services turn it into their Conflict)
@@ -79,6 +81,13 @@ class Conflict(InboxdError):
     default_message = "That already exists."
 
 
+class SignInRefused(Forbidden):
+    """A browser sign-in that must not go through; the web face shows `message` on a page."""
+
+    code = "sign_in_refused"
+    default_message = "The sign-in was refused."
+
+
 class Gone(InboxdError):
     status = 410
     code = "expired"
@@ -99,6 +108,15 @@ class RateLimited(InboxdError):
     def __init__(self, message: str | None = None, *, code: str | None = None, retry_after: float = 1.0) -> None:
         super().__init__(message, code=code)
         self.retry_after = retry_after
+
+
+class ProviderError(InboxdError):
+    """An identity provider was unreachable, refused the exchange, or answered something invalid
+    (bad state, wrong audience or issuer, a bad signature)."""
+
+    status = 502
+    code = "provider_error"
+    default_message = "The sign-in provider could not complete the sign-in."
 
 
 class Unavailable(InboxdError):

@@ -39,6 +39,8 @@ class ApiToken:
     created_at: float
     last_used_at: float | None
     revoked_at: float | None
+    # The first characters of the value (`ibx_` and four more), for telling tokens apart.
+    prefix: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +50,38 @@ class Principal:
     user: User
     token_id: str | None = None
     mailbox_id: str | None = None
+    # The user's own signed-in browser (the dashboard): reaches what the user owns, as `/api/user/*` does.
+    session: bool = False
 
     @property
     def is_mailbox_token(self) -> bool:
         return self.mailbox_id is not None
+
+
+@dataclass(frozen=True, slots=True)
+class WebSession:
+    """A browser session. `user` is None while a sign-in is under way; `data` holds the
+    provider's state for that sign-in (Authlib's `request.session`)."""
+
+    id: str
+    user: User | None
+    csrf_token: str
+    data: dict[str, object]
+    created_at: float
+    last_seen_at: float
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """A provider's account (`provider`, `subject`) linked to a user."""
+
+    provider: str
+    subject: str
+    user_id: str
+    email: str
+    created_at: float
+    last_sign_in_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,3 +244,21 @@ def iso(ts: float) -> str:
     """
     millis = int(ts * 1000)
     return f"{_iso_second(millis // 1000)}.{millis % 1000:03d}Z"
+
+
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    """A user's SMTP sandbox: the username it authenticates as and the mailbox it captures into."""
+
+    user_id: str
+    username: str
+    mailbox: Mailbox
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxMessage:
+    """A captured message's summary and its envelope recipients (every RCPT, in order)."""
+
+    summary: MessageSummary
+    recipients: tuple[str, ...]

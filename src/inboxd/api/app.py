@@ -8,10 +8,11 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
-from inboxd.api import accounts, docs, messages, public, user, webhooks, ws
+from inboxd.api import accounts, docs, messages, public, sandbox, user, webhooks, ws
 from inboxd.api.errors import AnswerUnexpected, on_http_error, on_inboxd_error
 from inboxd.errors import InboxdError
 from inboxd.services.registry import Services
+from inboxd.web import app as web
 
 
 def api_routes() -> list[BaseRoute]:
@@ -21,6 +22,7 @@ def api_routes() -> list[BaseRoute]:
         *messages.routes,
         *accounts.routes,
         *user.routes,
+        *sandbox.routes,
         *webhooks.routes,
         *docs.routes,
     ]
@@ -29,7 +31,7 @@ def api_routes() -> list[BaseRoute]:
 def build_asgi(services: Services) -> ASGIApp:
     routes = api_routes()
     app = Starlette(
-        routes=routes,
+        routes=[*routes, *web.routes()],
         middleware=[Middleware(AnswerUnexpected)],
         exception_handlers={InboxdError: on_inboxd_error, HTTPException: on_http_error},
     )

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inboxd.api.http import json_response
-from inboxd.errors import InboxdError, MethodNotAllowed, NotFound, PayloadTooLarge, RateLimited
+from inboxd.errors import InboxdError, MethodNotAllowed, NotFound, PayloadTooLarge, RateLimited, Unavailable
 
 log = logging.getLogger("inboxd.api")
 
@@ -27,7 +27,8 @@ def error_response(error: InboxdError) -> Response:
 
 async def on_inboxd_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, InboxdError)
-    if exc.status >= 500:
+    # A wait ended by shutdown (503 unavailable) is expected, not a fault worth a log line.
+    if exc.status >= 500 and not isinstance(exc, Unavailable):
         log.warning("request failed: %s %s: %r", request.method, request.url.path, exc.__cause__ or exc)
     return error_response(exc)
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from inboxd.api import schemas
 from inboxd.api.http import json_response
 from inboxd.api.openapi import Query
-from inboxd.model import MessageDetail, MessageFilter
+from inboxd.model import MessageFilter
 from inboxd.services.filters import parse_filter, parse_timeout
 
 FILTER_QUERY = (
@@ -41,6 +41,8 @@ WAIT_DESCRIPTION = (
     "Counts as one operation."
 )
 
+T = TypeVar("T")
+
 # Never sent: the client has gone, and the server only needs to end the request.
 _GONE = 499
 
@@ -59,9 +61,9 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def wait_response(request: Request, waiting: Awaitable[MessageDetail]) -> Response:
-    """The detail of the message `waiting` finds, unless the client disconnects first: then the
-    wait is cancelled, which removes its listeners."""
+async def wait_response(request: Request, waiting: Awaitable[T], encode: Callable[[T], Any]) -> Response:
+    """`encode` of what `waiting` finds, unless the client disconnects first: then the wait is
+    cancelled, which removes its listeners."""
     wait_task = asyncio.ensure_future(waiting)
     watch = asyncio.ensure_future(_disconnected(request))
     try:
@@ -74,4 +76,4 @@ async def wait_response(request: Request, waiting: Awaitable[MessageDetail]) -> 
                     await task
     if not wait_task.done() or wait_task.cancelled():
         return Response(status_code=_GONE)
-    return json_response(schemas.message_detail(wait_task.result()))
+    return json_response(encode(wait_task.result()))

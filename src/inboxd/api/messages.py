@@ -50,7 +50,7 @@ async def list_messages(request: Request, call: Call) -> Response:
 async def wait_message(request: Request, call: Call) -> Response:
     flt, timeout = message_filter(request), wait_timeout(request)
     mailbox = await _mailbox(request, call)
-    return await wait_response(request, call.services.waits.wait(mailbox, flt, within=timeout))
+    return await wait_response(request, call.services.waits.wait(mailbox, flt, within=timeout), schemas.message_detail)
 
 
 @describe(

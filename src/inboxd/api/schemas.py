@@ -19,11 +19,13 @@ from inboxd.model import (
     MessageDetail,
     MessageSummary,
     PublicDomain,
+    SandboxMessage,
     Webhook,
     iso,
 )
 from inboxd.services.domains import DnsRecord, Verification
 from inboxd.services.profile import Profile
+from inboxd.services.sandbox import SandboxDetail, SandboxInfo
 
 Uuid = Annotated[
     str, msgspec.Meta(extra_json_schema={"format": "uuid"}, examples=["0b7c6e1e-5a8e-4c43-9a57-2d1f0e1e9c11"])
@@ -309,6 +311,78 @@ class Deliveries(msgspec.Struct):
     deliveries: list[DeliveryOut]
 
 
+Recipients = Annotated[list[str], msgspec.Meta(description="The envelope recipients (every RCPT TO), in order.")]
+
+
+class SandboxSnippets(msgspec.Struct):
+    smtplib: str
+    django: str
+    nodemailer: str
+
+
+class SandboxInfoOut(msgspec.Struct):
+    enabled: bool
+    smtp_host: Annotated[str, msgspec.Meta(examples=["localhost"])]
+    smtp_port: Annotated[int, msgspec.Meta(examples=[2587])]
+    auth_method: Annotated[
+        str, msgspec.Meta(description="`api_token`: the password is any live API token of the user.")
+    ]
+    username: Annotated[str, msgspec.Meta(examples=["sbx_k3v9q0x2m1ab"])]
+    note: str
+    account_id: Uuid
+    address: Annotated[str, msgspec.Meta(examples=["sbx_k3v9q0x2m1ab@sandbox.invalid"])]
+    quota: int
+    used: int
+    starttls: Annotated[bool, msgspec.Meta(description="Whether STARTTLS is offered.", extra_json_schema=Extension)]
+    smtps_port: Annotated[
+        int | None, msgspec.Meta(description="The implicit-TLS port, if any.", extra_json_schema=Extension)
+    ]
+    snippets: Annotated[
+        SandboxSnippets, msgspec.Meta(description="Copyable configuration.", extra_json_schema=Extension)
+    ]
+
+
+class SandboxItem(msgspec.Struct):
+    id: Uuid
+    sender: str
+    from_: str = msgspec.field(name="from")
+    subject: str
+    preview_text: str
+    size: int
+    is_read: bool
+    created_at: Timestamp
+    recipients: Recipients
+
+
+class SandboxPage(msgspec.Struct):
+    messages: list[SandboxItem]
+    page: int
+
+
+class SandboxDetailOut(msgspec.Struct):
+    id: Uuid
+    sender: str
+    from_: str = msgspec.field(name="from")
+    subject: str
+    address: Address
+    size: int
+    created_at: Timestamp
+    text_body: str
+    html_body: str
+    attachments: list[AttachmentOut]
+    recipients: Recipients
+    to: Annotated[list[str], msgspec.Meta(description="Addresses of the To header.")]
+    cc: Annotated[list[str], msgspec.Meta(description="Addresses of the Cc header.")]
+    bcc: Annotated[
+        list[str],
+        msgspec.Meta(description="A Bcc header's addresses and the envelope recipients the headers do not show."),
+    ]
+
+
+class Deleted(msgspec.Struct):
+    deleted: int
+
+
 # ---- encoders: model → response struct -----------------------------------------------------
 
 
@@ -446,4 +520,59 @@ def delivery(d: Delivery) -> DeliveryOut:
         attempt=d.attempt,
         duration_ms=d.duration_ms,
         created_at=iso(d.created_at),
+    )
+
+
+def sandbox_info(i: SandboxInfo) -> SandboxInfoOut:
+    """`GET /api/user/sandbox`: the `mailtd` SDK's `SandboxInfo`, plus TLS details and snippets."""
+    mailbox = i.sandbox.mailbox
+    return SandboxInfoOut(
+        enabled=i.enabled,
+        smtp_host=i.smtp.host,
+        smtp_port=i.smtp.port,
+        auth_method=i.smtp.auth_method,
+        username=i.smtp.username,
+        note=i.note,
+        account_id=mailbox.id,
+        address=mailbox.address,
+        quota=mailbox.quota,
+        used=mailbox.used,
+        starttls=i.smtp.starttls,
+        smtps_port=i.smtp.tls_port,
+        snippets=SandboxSnippets(**i.snippets),
+    )
+
+
+def sandbox_item(m: SandboxMessage) -> SandboxItem:
+    s = m.summary
+    return SandboxItem(
+        id=s.id,
+        sender=s.sender,
+        from_=s.from_,
+        subject=s.subject,
+        preview_text=s.preview_text,
+        size=s.size,
+        is_read=s.is_read,
+        created_at=iso(s.created_at),
+        recipients=list(m.recipients),
+    )
+
+
+def sandbox_detail(d: SandboxDetail) -> SandboxDetailOut:
+    base = message_detail(d.detail)
+    return SandboxDetailOut(
+        id=base.id,
+        sender=base.sender,
+        from_=base.from_,
+        subject=base.subject,
+        address=base.address,
+        size=base.size,
+        created_at=base.created_at,
+        text_body=base.text_body,
+        html_body=base.html_body,
+        attachments=base.attachments,
+        recipients=list(d.recipients),
+        to=list(d.to),
+        cc=list(d.cc),
+        bcc=list(d.bcc),
     )

@@ -73,7 +73,7 @@ async def list_account_messages(request: Request, call: Call) -> Response:
 async def wait_account_message(request: Request, call: Call) -> Response:
     flt, timeout = message_filter(request), wait_timeout(request)
     mailbox = await call.services.mailboxes.find(call.principal, request.path_params["id"], scope="user")
-    return await wait_response(request, call.services.waits.wait(mailbox, flt, within=timeout))
+    return await wait_response(request, call.services.waits.wait(mailbox, flt, within=timeout), schemas.message_detail)
 
 
 @describe("Delete any of the user's mailboxes", tag="pro", status=204, errors=(404,))

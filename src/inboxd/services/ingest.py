@@ -112,8 +112,13 @@ class IngestService:
         custom = await self._db.read(partial(domain_store.get_by_name, domain=domain))
         return custom is not None and custom.verify_status == "verified"
 
-    async def deliver(self, *, sender: str, recipients: Sequence[Recipient], raw: bytes) -> list[str]:
-        """Store one copy per recipient in one transaction; returns the message ids after commit."""
+    async def deliver(
+        self, *, sender: str, recipients: Sequence[Recipient], raw: bytes, envelope: Sequence[str] | None = None
+    ) -> list[str]:
+        """Store one copy per recipient in one transaction; returns the message ids after commit.
+
+        `envelope`, the RCPT addresses, is kept with each copy when given (the SMTP sandbox's capture).
+        """
         size = len(raw)
         if size > OFF_LOOP_BYTES:
             summary, compressed = await asyncio.to_thread(_prepare, raw)
@@ -121,8 +126,14 @@ class IngestService:
             summary, compressed = _prepare(raw)
         del raw  # not needed past this point; the caller lets go of its reference as well
         now = self._clock()
+        kept = None if envelope is None else _encode([storable(a) for a in envelope]).decode()
         copies = [self._copy(r, summary, sender=sender, size=size, now=now) for r in recipients]
-        items = [message_store.NewMessage(summary=c, raw_compressed=compressed) for c in copies]
+        # One row of bytes for the delivery, however many mailboxes it reaches.
+        source_id = str(uuid.uuid4())
+        items = [
+            message_store.NewMessage(summary=c, raw_compressed=compressed, source_id=source_id, envelope=kept)
+            for c in copies
+        ]
         addresses = {r.mailbox.id: r.mailbox.address for r in recipients}
         events = [
             _event(c, addresses[c.mailbox_id], r.mailbox.user_id) for c, r in zip(copies, recipients, strict=True)

@@ -23,6 +23,8 @@ where the spec is silent:
   any `login_failure_window` seconds (a sliding log). A successful sign-in clears the address's
   failures (its owner proved the secret) but not the IP's, so one valid mailbox cannot be used to
   reset an IP's budget between guesses at other addresses.
+- Browser sign-in (starting a provider sign-in, its callback, a sign-in link): a token bucket per
+  client IP, `sign_in_rate` per minute, burst the same.
 - Public domain list: a token bucket per client IP, `public_rps` per second, burst twice that.
   The client IP is the socket peer; no forwarding header is trusted.
 - Headers on every authenticated answer, success or error: `RateLimit-Limit` (the bucket's size),
@@ -67,6 +69,11 @@ class Admission(Protocol):
         """(`ops_used`, `ops_limit`) of the user's current calendar month, true to the moment."""
         ...
 
+    async def count(self, user: User) -> None:
+        """Count one operation no request made (a message the SMTP sandbox captured): no request
+        rate applies, and a month already at its quota is left as it is."""
+        ...
+
     async def check_sign_in(self, address: str, *, client: str) -> None:
         """Raise `RateLimited` if the address or the client IP has used up its failed sign-ins."""
         ...
@@ -76,6 +83,10 @@ class Admission(Protocol):
 
     async def admit_public(self, *, client: str) -> None:
         """Rate-limit an unauthenticated read per client IP, or raise `RateLimited`."""
+        ...
+
+    async def admit_web_sign_in(self, *, client: str) -> None:
+        """Count one browser sign-in attempt of a client IP, or raise `RateLimited`."""
         ...
 
     async def start(self) -> None: ...
@@ -131,6 +142,11 @@ class Counters(Protocol):
 
     async def ops_used(self, user_id: str, month: str) -> int | None:
         """The month's count, or None when this back end has not loaded it."""
+        ...
+
+    async def count(self, take: Take) -> Verdict:
+        """Add one to the month's count unless it is at `take.rule.ops_limit` (QUOTA then); no
+        bucket is touched. SEED as for `take`."""
         ...
 
     async def hit(self, key: str, *, now: float, rate: float, burst: float) -> float:
@@ -234,6 +250,23 @@ class Limiter:
         error.headers.update(headers)
         raise error
 
+    async def count(self, user: User) -> None:
+        now = self._clock()
+        month, month_end = self._month(now)
+        take = Take(
+            user_id=user.id,
+            month=month,
+            now=now,
+            rule=self._rule(user),
+            creates_mailbox=False,
+            ops_ttl=int(month_end - now) + 3 * 86400,
+        )
+        verdict = await self._counters.count(take)
+        if verdict.outcome is Outcome.SEED:
+            verdict = await self._counters.count(replace(take, seed=await self._ledger.total(user.id, month)))
+        if verdict.outcome is Outcome.OK:
+            self._ledger.add(user.id, month)
+
     async def usage(self, user: User) -> tuple[int, int]:
         month, _ = self._month(self._clock())
         used = await self._counters.ops_used(user.id, month)
@@ -261,6 +294,14 @@ class Limiter:
         wait = await self._counters.hit(f"public:{client}", now=self._clock(), rate=rate, burst=max(1.0, 2 * rate))
         if wait > 0:
             raise RateLimited(retry_after=wait)
+
+    async def admit_web_sign_in(self, *, client: str) -> None:
+        per_minute = self._settings.sign_in_rate
+        wait = await self._counters.hit(
+            f"websignin:{client}", now=self._clock(), rate=per_minute / 60.0, burst=max(1.0, per_minute)
+        )
+        if wait > 0:
+            raise RateLimited("Too many sign-in attempts from your address; wait a minute.", retry_after=wait)
 
     async def start(self) -> None:
         self._stopping.clear()

@@ -69,6 +69,19 @@ class MemoryCounters:
         self._ops[ops_key] = used + 1
         return Verdict(Outcome.OK, tokens=bucket.tokens, retry_after=0.0, ops_used=used + 1)
 
+    async def count(self, take: Take) -> Verdict:
+        ops_key = (take.user_id, take.month)
+        used = self._ops.get(ops_key)
+        if used is None:
+            if take.seed is None:
+                return Verdict(Outcome.SEED, tokens=0.0, retry_after=0.0, ops_used=0)
+            used = take.seed
+        if used >= take.rule.ops_limit:
+            self._ops[ops_key] = used
+            return Verdict(Outcome.QUOTA, tokens=0.0, retry_after=0.0, ops_used=used)
+        self._ops[ops_key] = used + 1
+        return Verdict(Outcome.OK, tokens=0.0, retry_after=0.0, ops_used=used + 1)
+
     async def ops_used(self, user_id: str, month: str) -> int | None:
         return self._ops.get((user_id, month))
 

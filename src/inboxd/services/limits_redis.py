@@ -98,6 +98,22 @@ return {0, string.format('%.17g', tokens), '0', used}
 """
 )
 
+# KEYS: ops. ARGV: ops limit, seed (-1: none), ops ttl. Answers {outcome, ops_used}: one more
+# operation counted unless the month is at its limit; no bucket is touched.
+COUNT = """
+local used = redis.call('GET', KEYS[1])
+if not used then
+  local seed = tonumber(ARGV[2])
+  if seed < 0 then return {4, 0} end
+  redis.call('SET', KEYS[1], seed, 'EX', ARGV[3])
+  used = seed
+else
+  used = tonumber(used)
+end
+if used >= tonumber(ARGV[1]) then return {3, used} end
+return {0, redis.call('INCR', KEYS[1])}
+"""
+
 # KEYS: bucket. ARGV: now, rate, burst. Answers seconds to wait, "0" when a token was taken.
 HIT = (
     """
@@ -127,6 +143,7 @@ class RedisCounters:
         self._prefix = prefix + "limits:"
         self._take = client.register_script(TAKE)
         self._hit = client.register_script(HIT)
+        self._count = client.register_script(COUNT)
         self._failures = client.register_script(FAILURES)
 
     @classmethod
@@ -156,6 +173,13 @@ class RedisCounters:
         with _unavailable():
             outcome, tokens, retry_after, used = await self._take(keys=keys, args=args)
         return Verdict(Outcome(int(outcome)), tokens=float(tokens), retry_after=float(retry_after), ops_used=int(used))
+
+    async def count(self, take: Take) -> Verdict:
+        key = self._user(take.user_id, f"ops:{take.month}")
+        args = [take.rule.ops_limit, -1 if take.seed is None else take.seed, max(1, take.ops_ttl)]
+        with _unavailable():
+            outcome, used = await self._count(keys=[key], args=args)
+        return Verdict(Outcome(int(outcome)), tokens=0.0, retry_after=0.0, ops_used=int(used))
 
     async def ops_used(self, user_id: str, month: str) -> int | None:
         with _unavailable():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import re
+import secrets
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,7 +89,7 @@ class MailboxService:
     async def create(
         self, principal: Principal, address: str, *, password: str | None, auth_key: str | None
     ) -> CreatedMailbox:
-        if principal.token_id is None:
+        if principal.token_id is None and not principal.session:
             raise Forbidden("Mailboxes are created with an API token.")
         user = principal.user
         local, domain = split_address(address)
@@ -122,6 +123,27 @@ class MailboxService:
             raise Conflict("That address is taken.", code="address_taken") from exc
         return CreatedMailbox(mailbox=mailbox, token=self._tokens.issue(mailbox.id, 0, now=self._clock()))
 
+    async def domains_for(self, user: User) -> list[str]:
+        """The domains this user may create mailboxes on: public ones, then their verified custom ones."""
+        names = [d.domain for d in self._public if user.is_pro or not d.pro_only]
+        if user.is_pro:
+            owned = await self._db.read(partial(domain_store.list_for_user, user_id=user.id))
+            names += sorted(d.domain for d in owned if d.verify_status == "verified")
+        return names
+
+    async def create_in_dashboard(
+        self, user: User, *, local: str, domain: str, password: str
+    ) -> tuple[CreatedMailbox, str | None]:
+        """A mailbox made in the browser: owned by the user (no API token made it), with a random
+        local part and password when left empty. Returns the generated password, shown once."""
+        local = local.strip() or secrets.token_hex(5)
+        generated = None if password else secrets.token_urlsafe(12)
+        principal = Principal(user=user, session=True)
+        created = await self.create(
+            principal, f"{local}@{domain.strip()}", password=password or generated, auth_key=None
+        )
+        return created, generated
+
     async def _allowed_domain(self, user: User, domain: str) -> str | None:
         """None for a public domain, the custom domain's id for a verified one of this user."""
         for public in self._public:
@@ -148,6 +170,11 @@ class MailboxService:
             raise NotFound("No such mailbox.")
         return mailbox
 
+    async def live_token(self, principal: Principal, ref: str) -> str:
+        """A mailbox token for the owner's browser to follow the mailbox over the WebSocket."""
+        mailbox = await self.find(principal, ref, scope="user")
+        return self._tokens.issue(mailbox.id, mailbox.password_gen, now=self._clock())
+
     async def password_gens(self, mailbox_ids: list[str]) -> dict[str, int]:
         """The current password generation of each mailbox that still exists."""
 
@@ -167,6 +194,9 @@ class MailboxService:
 
     async def delete(self, principal: Principal, ref: str, *, scope: Scope = "token") -> None:
         mailbox = await self.find(principal, ref, scope=scope)
+        if await self._db.read(partial(store.is_sandbox, mailbox_id=mailbox.id)):
+            # The SMTP sandbox lives as long as its user; its messages are purged through /api/user/sandbox.
+            raise NotFound("No such mailbox.")
         await self._db.write(partial(store.delete, mailbox_id=mailbox.id))
         await self._bus.revoke(mailbox.id, REVOKE_ALL)
 

@@ -132,6 +132,16 @@ class MessageService:
             partial(store.mark_read, mailbox_id=mailbox.id, message_ids=[message_id], now=self._clock())
         )
 
+    async def mark_unread(self, mailbox: Mailbox, message_id: str) -> None:
+        await self._live(mailbox, message_id)
+        await self._db.write(
+            partial(store.mark_unread, mailbox_id=mailbox.id, message_id=message_id, now=self._clock())
+        )
+
+    async def unread_counts(self, mailboxes: Sequence[Mailbox]) -> dict[str, int]:
+        ids = [m.id for m in mailboxes]
+        return await self._db.read(partial(store.unread_counts, mailbox_ids=ids, now=self._clock()))
+
     async def mark_many_read(self, mailbox: Mailbox, *, ids: Sequence[str] | None, all_: bool) -> int:
         now = self._clock()
         if all_:

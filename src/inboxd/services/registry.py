@@ -14,6 +14,9 @@ from inboxd.services.limits import Admission
 from inboxd.services.mailboxes import MailboxService
 from inboxd.services.messages import MessageService
 from inboxd.services.profile import ProfileService
+from inboxd.services.sandbox import SandboxService
+from inboxd.services.sessions import SessionService
+from inboxd.services.signin import SignInService
 from inboxd.services.users import UserService
 from inboxd.services.waits import WaitService
 from inboxd.services.webhooks import WebhookService
@@ -33,4 +36,7 @@ class Services:
     domains: DomainService
     profiles: ProfileService
     webhooks: WebhookService
+    sessions: SessionService
+    sign_in: SignInService
+    sandboxes: SandboxService
     waits: WaitService

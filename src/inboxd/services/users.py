@@ -21,6 +21,7 @@ from inboxd.services.credentials import (
     new_api_token,
 )
 from inboxd.store import mailboxes as mailbox_store
+from inboxd.store import sessions as session_store
 from inboxd.store import users as store
 from inboxd.store.db import Database, Tx
 
@@ -60,14 +61,45 @@ class UserService:
             raise NotFound(f"No user {email}.")
         return user
 
-    async def set_user(self, email: str, *, plan: str | None = None, status: str | None = None) -> User:
+    async def set_user(
+        self, email: str, *, plan: str | None = None, status: str | None = None, role: str | None = None
+    ) -> User:
+        """Change a user's plan, status or role. Suspending ends every browser session of the user
+        in the same transaction; their tokens are refused from the next request on."""
         user = await self.user_by_email(email)
+        return await self.update_user(user, plan=plan, status=status, role=role)
+
+    async def update_user(
+        self, user: User, *, plan: str | None = None, status: str | None = None, role: str | None = None
+    ) -> User:
         if plan is not None:
             _check_choice("plan", plan, PLANS)
         if status is not None:
             _check_choice("status", status, STATUSES)
-        await self._db.write(partial(store.update_user, user_id=user.id, plan=plan, status=status))
-        return replace(user, plan=plan or user.plan, status=status or user.status)
+        if role is not None:
+            _check_choice("role", role, ROLES)
+
+        async def work(tx: Tx) -> None:
+            await store.update_user(tx, user_id=user.id, plan=plan, status=status)
+            if role is not None:
+                await store.update_role(tx, user_id=user.id, role=role)
+            if status == "suspended":
+                await session_store.delete_for_user(tx, user_id=user.id)
+
+        await self._db.write(work)
+        return replace(user, plan=plan or user.plan, status=status or user.status, role=role or user.role)
+
+    async def user_by_id(self, user_id: str) -> User:
+        user = await self._db.read(partial(store.get_user, user_id=user_id))
+        if user is None:
+            raise NotFound("No such user.")
+        return user
+
+    async def search(self, query: str = "", *, after: str = "", limit: int = 50) -> list[User]:
+        """Users whose email contains `query`, by email, from after `after`."""
+        return await self._db.read(
+            partial(store.search_users, query=query.strip().lower()[:254], after=after, limit=limit)
+        )
 
     async def has_users(self) -> bool:
         return await self._db.read(store.count_users) > 0
@@ -84,6 +116,7 @@ class UserService:
             created_at=self._clock(),
             last_used_at=None,
             revoked_at=None,
+            prefix=value[: len(API_TOKEN_PREFIX) + 4],
         )
         await self._db.write(partial(store.insert_token, token=token, token_hash=hash_token(value)))
         return NewToken(token=token, value=value)

@@ -11,12 +11,16 @@ removes its listeners on the way out.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TypeVar
 
 from inboxd.errors import NotFound, Unavailable, WaitTimeout
 from inboxd.events import EventBus
 from inboxd.model import Mailbox, MessageDetail, MessageFilter
 from inboxd.services.messages import MessageService
+
+T = TypeVar("T")
 
 
 class WaitService:
@@ -32,6 +36,14 @@ class WaitService:
         return len(self._active)
 
     async def wait(self, mailbox: Mailbox, flt: MessageFilter, *, within: float) -> MessageDetail:
+        """The message detail of the newest match."""
+        return await self.wait_for(mailbox, flt, within=within, read=partial(self._messages.detail, mailbox))
+
+    async def wait_for(
+        self, mailbox: Mailbox, flt: MessageFilter, *, within: float, read: Callable[[str], Awaitable[T]]
+    ) -> T:
+        """`read(message id)` of the newest match; a face with its own detail (the sandbox) passes
+        its reader. `NotFound` from it means the message went away meanwhile: look again."""
         if self._closing:
             raise Unavailable()
         loop = asyncio.get_running_loop()
@@ -49,7 +61,7 @@ class WaitService:
                 found = await self._messages.newest(mailbox, flt)
                 if found is not None:
                     try:
-                        return await self._messages.detail(mailbox, found.id)
+                        return await read(found.id)
                     except NotFound:
                         continue  # deleted in between: look again
                 if self._closing:

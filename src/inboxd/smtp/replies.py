@@ -13,11 +13,16 @@ QUEUED = "250 2.0.0 OK: queued as {id}"
 VRFY_CANNOT = "252 2.5.0 Cannot VRFY user, but will accept message"
 START_DATA = "354 End data with <CR><LF>.<CR><LF>"
 READY_TLS = "220 2.0.0 Ready to start TLS"
+AUTH_OK = "235 2.7.0 Authentication successful"
+AUTH_CHALLENGE = "334 {challenge}"
 HELP = "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA RSET NOOP QUIT VRFY HELP"
 
 SHUTTING_DOWN = "421 4.3.2 Service shutting down"
 IDLE_TIMEOUT = "421 4.4.2 Idle timeout, closing connection"
 TOO_MANY_ERRORS = "421 4.7.0 Too many errors, closing connection"
+AUTH_TOO_MANY = "421 4.7.0 Too many failed authentications, closing connection"
+OPS_QUOTA = "451 4.7.1 The monthly operations quota is used up"
+SANDBOX_UNAVAILABLE = "451 4.3.0 No sandbox to capture into, try again later"
 TOO_MANY_SESSIONS = "421 4.7.0 Too many connections, try again later"
 TOO_MANY_FROM_IP = "421 4.7.0 Too many connections from your address, try again later"
 TEMP_FAILURE = "451 4.3.0 Temporary storage failure, try again later"
@@ -34,6 +39,16 @@ NESTED_MAIL = "503 5.5.1 Sender already specified"
 NEED_MAIL = "503 5.5.1 Need MAIL before RCPT"
 NEED_RCPT = "503 5.5.1 Need RCPT before DATA"
 TLS_ALREADY = "503 5.5.1 TLS already active"
+AUTH_ALREADY = "503 5.5.1 Already authenticated"
+AUTH_IN_TRANSACTION = "503 5.5.1 AUTH is not allowed during a mail transaction"
+AUTH_CANCELLED = "501 5.7.0 Authentication cancelled"
+AUTH_UNDECODABLE = "501 5.5.2 Cannot decode the authentication response"
+AUTH_MECHANISM = "504 5.5.4 Unrecognized authentication type"
+AUTH_REQUIRED = "530 5.7.0 Authentication required"
+AUTH_FAILED = "535 5.7.8 Authentication credentials invalid"
+AUTH_REVOKED = "535 5.7.8 Authentication credentials no longer valid"
+AUTH_PRO_REQUIRED = "535 5.7.8 The SMTP sandbox needs a Pro account"
+AUTH_NEEDS_TLS = "538 5.7.11 Encryption required for requested authentication mechanism"
 PARAM_UNKNOWN = "555 5.5.4 Unsupported MAIL or RCPT parameter"
 
 UNKNOWN_RECIPIENT = "550 5.1.1 No such mailbox here"
@@ -47,6 +62,9 @@ _REJECTIONS = {
     "mailbox_full": MAILBOX_FULL,
     "bad_recipient": BAD_ADDRESS,
     "too_big": TOO_BIG,
+    "auth_revoked": AUTH_REVOKED,
+    "sandbox_unavailable": SANDBOX_UNAVAILABLE,
+    "ops_quota_exceeded": OPS_QUOTA,
 }
 
 

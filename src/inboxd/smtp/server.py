@@ -22,6 +22,10 @@ at its end into the stored bytes, the stuffed dots left out; the chunks then go.
 `OFF_LOOP_BYTES` that join, the parse and the compression run in a thread, at most `BIG_AT_ONCE`
 messages at a time, so a big message never holds the event loop and eight at once do not each
 hold several copies.
+
+What a listener adds is a `SessionHooks` per session: extra EHLO keywords and verbs (AUTH on
+the submission listener, `smtp/submission.py`), the gate before MAIL, and where RCPT and DATA
+go. `Reception`, the default, is the MX: RCPT names a mailbox, DATA stores a copy per mailbox.
 """
 
 from __future__ import annotations
@@ -33,9 +37,10 @@ import socket
 import ssl
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from email.utils import format_datetime
-from typing import cast
+from typing import Any, Protocol, cast
 
 from inboxd.config import Settings
 from inboxd.errors import InboxdError, MessageRejected
@@ -59,13 +64,87 @@ MAX_DOTS = 20_000
 BIG_AT_ONCE = 1
 
 
+class SessionHooks(Protocol):
+    """One session's listener-specific behaviour; the engine calls it, it answers through the session."""
+
+    def ehlo_keywords(self) -> Sequence[str]:
+        """Extra EHLO keywords (e.g. `AUTH PLAIN LOGIN`)."""
+        ...
+
+    def command(self, verb: str, arg: str) -> bool:
+        """Handle a verb the engine does not know; False when the listener does not know it either."""
+        ...
+
+    def mail_refusal(self) -> str | None:
+        """The reply that refuses MAIL now (e.g. 530 before AUTH), or None."""
+        ...
+
+    async def resolve(self, address: str, *, declared_size: int | None) -> Recipient:
+        """The mailbox an RCPT address lands in, or a `MessageRejected`."""
+        ...
+
+    def deliver(
+        self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes
+    ) -> Awaitable[object]:
+        """Store the message (committed when the awaitable is done); `envelope` is every accepted
+        RCPT address. A plain function returning the ingest's awaitable, so no frame of the hook
+        keeps `raw` alive while the commit waits (ingest lets go of it once compressed)."""
+        ...
+
+    def tls_started(self) -> None:
+        """The session restarted under TLS: forget what was said before it."""
+        ...
+
+
+class Reception:
+    """The receiving listener's hooks: RCPT names a mailbox; nothing to add to the protocol."""
+
+    def __init__(self, ingest: IngestService) -> None:
+        self._ingest = ingest
+
+    def ehlo_keywords(self) -> Sequence[str]:
+        return ()
+
+    def command(self, verb: str, arg: str) -> bool:
+        return False
+
+    def mail_refusal(self) -> str | None:
+        return None
+
+    async def resolve(self, address: str, *, declared_size: int | None) -> Recipient:
+        return await self._ingest.resolve(address, declared_size=declared_size)
+
+    def deliver(
+        self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes
+    ) -> Awaitable[object]:
+        return self._ingest.deliver(sender=sender, recipients=recipients, raw=raw)
+
+    def tls_started(self) -> None:
+        return None
+
+
+HooksFactory = Callable[["_Session"], SessionHooks]
+
+
 class SmtpServer:
     """Listens, tracks sessions, and stops them in order (deliveries in flight finish first)."""
 
-    def __init__(self, ingest: IngestService, *, settings: Settings, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        ingest: IngestService,
+        *,
+        settings: Settings,
+        tls: ssl.SSLContext | None = None,
+        hooks: HooksFactory | None = None,
+        implicit_tls: bool = False,
+    ) -> None:
         self.ingest = ingest
         self.settings = settings
         self.tls = tls
+        # Implicit TLS (RFC 8314): every connection is TLS from its first byte; no STARTTLS.
+        self.implicit_tls = implicit_tls and tls is not None
+        reception = Reception(ingest)
+        self.hooks: HooksFactory = hooks or (lambda session: reception)
         self.hostname = settings.resolved_smtp_hostname
         self.sessions: set[_Session] = set()
         self.per_ip: dict[str, int] = {}
@@ -86,7 +165,13 @@ class SmtpServer:
                 backlog=1024,
             )
         else:
-            self._server = await loop.create_server(lambda: _Session(self), sock=sock, backlog=1024)
+            self._server = await loop.create_server(
+                lambda: _Session(self),
+                sock=sock,
+                backlog=1024,
+                ssl=self.tls if self.implicit_tls else None,
+                ssl_handshake_timeout=self.settings.tls_handshake_timeout if self.implicit_tls else None,
+            )
 
     @property
     def port(self) -> int:
@@ -146,14 +231,17 @@ class _Session(asyncio.Protocol):
         self.peer = ""
         self.helo: str | None = None
         self.esmtp = False
-        self.secure = False
+        self.secure = server.implicit_tls
         self.sender: str | None = None
         self.recipients: list[Recipient] = []
-        # RCPT commands accepted in this transaction: plus addressing may fold them into fewer
-        # mailboxes, but the limit is on what the client sent.
-        self.accepted_rcpts = 0
+        # Every accepted RCPT address, in order: plus addressing may fold them into fewer
+        # mailboxes, but the limit is on what the client sent, and the sandbox records them all.
+        self.envelope: list[str] = []
         self.last_activity = time.monotonic()
         self.idle_timer: asyncio.TimerHandle | None = None
+        # Set by a hook that expects the next line to be an answer (an AUTH exchange), not a command.
+        self.line_handler: Callable[[bytes], None] | None = None
+        self.hooks = server.hooks(self)
 
     # asyncio.Protocol ----------------------------------------------------------------------
 
@@ -255,7 +343,12 @@ class _Session(asyncio.Protocol):
             if line.endswith(b"\r"):
                 line = line[:-1]
             if len(line) > LINE_LIMIT:
+                self.line_handler = None
                 self.error(R.LINE_TOO_LONG)
+                continue
+            if self.line_handler is not None:
+                handler, self.line_handler = self.line_handler, None
+                handler(line)
                 continue
             self.command(line)
         self._flow()
@@ -280,6 +373,8 @@ class _Session(asyncio.Protocol):
         arg = arg.strip()
         handler = _COMMANDS.get(verb)
         if handler is None:
+            if self.hooks.command(verb, arg):
+                return
             self.error(R.NOT_IMPLEMENTED if verb in ("AUTH", "BDAT", "ETRN", "TURN", "EXPN") else R.UNRECOGNIZED)
             return
         handler(self, arg)
@@ -300,6 +395,7 @@ class _Session(asyncio.Protocol):
         ]
         if self.server.tls is not None and not self.secure:
             lines.append("STARTTLS")
+        lines.extend(self.hooks.ehlo_keywords())
         lines.append("HELP")
         self.reply("\r\n".join(f"250-{x}" for x in lines[:-1]) + f"\r\n250 {lines[-1]}")
 
@@ -317,6 +413,10 @@ class _Session(asyncio.Protocol):
             return
         if self.sender is not None:
             self.error(R.NESTED_MAIL)
+            return
+        refusal = self.hooks.mail_refusal()
+        if refusal is not None:
+            self.error(refusal)
             return
         parsed = _path(arg, "FROM:")
         if parsed is None:
@@ -364,7 +464,7 @@ class _Session(asyncio.Protocol):
         if not _plausible(address) or "@" not in address or not _is_utf8(address):
             self.error(R.BAD_ADDRESS)
             return
-        if self.accepted_rcpts >= self.server.settings.max_recipients:
+        if len(self.envelope) >= self.server.settings.max_recipients:
             self.reply(R.TOO_MANY_RECIPIENTS)
             return
         self.busy = True
@@ -372,7 +472,7 @@ class _Session(asyncio.Protocol):
 
     async def _resolve(self, address: str) -> None:
         try:
-            recipient = await self.server.ingest.resolve(address, declared_size=self.declared_size)
+            recipient = await self.hooks.resolve(address, declared_size=self.declared_size)
         except InboxdError as exc:
             self.error(R.reply_for(exc))
         except Exception:
@@ -382,7 +482,7 @@ class _Session(asyncio.Protocol):
             # Plus addressing can name one mailbox twice: it gets one copy.
             if all(r.mailbox.id != recipient.mailbox.id for r in self.recipients):
                 self.recipients.append(recipient)
-            self.accepted_rcpts += 1
+            self.envelope.append(address)
             self.reply(R.RECIPIENT_OK)
         self.busy = False
         self.pump()
@@ -432,7 +532,9 @@ class _Session(asyncio.Protocol):
     async def _deliver_message(self, message: _Message) -> None:
         # No local here keeps the bytes: ingest lets go of them once they are compressed.
         assert self.sender is not None
-        await self.server.ingest.deliver(sender=self.sender, recipients=self.recipients, raw=await self._raw(message))
+        await self.hooks.deliver(
+            sender=self.sender, recipients=self.recipients, envelope=self.envelope, raw=await self._raw(message)
+        )
 
     async def _raw(self, message: _Message) -> bytes:
         """The bytes to store (assembled in a thread when big); too big is refused."""
@@ -489,14 +591,22 @@ class _Session(asyncio.Protocol):
     async def _upgrade(self, context: ssl.SSLContext) -> None:
         assert self.transport is not None
         try:
-            transport = await asyncio.get_running_loop().start_tls(self.transport, self, context, server_side=True)
-        except (OSError, ssl.SSLError):
+            transport = await asyncio.get_running_loop().start_tls(
+                self.transport,
+                self,
+                context,
+                server_side=True,
+                ssl_handshake_timeout=self.server.settings.tls_handshake_timeout,
+            )
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError):
             self.close(None)
             return
         assert transport is not None
         self.transport = transport
         self.secure = True
         self.helo = None
+        self.line_handler = None
+        self.hooks.tls_started()
         self.reset()
         self.buf.clear()
         self.busy = False
@@ -519,7 +629,23 @@ class _Session(asyncio.Protocol):
         self.sender = None
         self.declared_size = None
         self.recipients = []
-        self.accepted_rcpts = 0
+        self.envelope = []
+
+    def run(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run a hook's asynchronous step with input held, then go on with buffered commands."""
+        self.busy = True
+        self.server.tasks.spawn(self._run(work))
+
+    async def _run(self, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except Exception:
+            log.exception("a session step failed")
+            self.reply(R.TEMP_FAILURE)
+        finally:
+            self.busy = False
+            if self.transport is not None:
+                self.pump()
 
     def close(self, text: str | None) -> None:
         if text is not None:
@@ -544,6 +670,9 @@ class _Session(asyncio.Protocol):
     declared_size: int | None = None
     queue_id = ""
 
+
+# The session as listener hooks see it (its replies, state and `run`).
+Session = _Session
 
 _COMMANDS = {
     "EHLO": _Session.do_ehlo,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from inboxd.model import Mailbox
 from inboxd.store import search
 from inboxd.store.db import Row, Tx
+from inboxd.store.messages import release_sources
 
 COLUMNS = "id, user_id, token_id, address, domain_id, quota, used, password_gen, created_at"
 
@@ -25,9 +26,9 @@ def mailbox_from(row: Row) -> Mailbox:
     )
 
 
-async def insert(tx: Tx, mailbox: Mailbox, auth_hash: str) -> None:
+async def insert(tx: Tx, mailbox: Mailbox, auth_hash: str, *, kind: str = "mailbox") -> None:
     await tx.execute(
-        f"INSERT INTO mailboxes ({COLUMNS}, auth_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT INTO mailboxes ({COLUMNS}, auth_hash, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         mailbox.id,
         mailbox.user_id,
         mailbox.token_id,
@@ -38,6 +39,7 @@ async def insert(tx: Tx, mailbox: Mailbox, auth_hash: str) -> None:
         mailbox.password_gen,
         mailbox.created_at,
         auth_hash,
+        kind,
     )
 
 
@@ -57,20 +59,22 @@ async def get_auth(tx: Tx, address: str) -> tuple[Mailbox, str] | None:
 
 
 async def count_for_user(tx: Tx, user_id: str) -> int:
-    return int(await tx.fetchval("SELECT COUNT(*) FROM mailboxes WHERE user_id = ?", user_id))
+    """The user's mailboxes, not counting its SMTP sandbox."""
+    return int(await tx.fetchval("SELECT COUNT(*) FROM mailboxes WHERE user_id = ? AND kind = 'mailbox'", user_id))
 
 
 async def list_for_user(tx: Tx, user_id: str, *, limit: int, before: tuple[float, str] | None) -> list[Mailbox]:
-    """Newest first, keyset-paged on (created_at, id)."""
+    """Newest first, keyset-paged on (created_at, id); the SMTP sandbox is not listed."""
     if before is None:
         rows = await tx.fetch(
-            f"SELECT {COLUMNS} FROM mailboxes WHERE user_id = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+            f"SELECT {COLUMNS} FROM mailboxes WHERE user_id = ? AND kind = 'mailbox' "
+            "ORDER BY created_at DESC, id DESC LIMIT ?",
             user_id,
             limit,
         )
     else:
         rows = await tx.fetch(
-            f"SELECT {COLUMNS} FROM mailboxes WHERE user_id = ? "
+            f"SELECT {COLUMNS} FROM mailboxes WHERE user_id = ? AND kind = 'mailbox' "
             f"AND (created_at < ? OR (created_at = ? AND id < ?)) ORDER BY created_at DESC, id DESC LIMIT ?",
             user_id,
             before[0],
@@ -81,10 +85,17 @@ async def list_for_user(tx: Tx, user_id: str, *, limit: int, before: tuple[float
     return [mailbox_from(r) for r in rows]
 
 
+async def is_sandbox(tx: Tx, mailbox_id: str) -> bool:
+    kind = await tx.fetchval("SELECT kind FROM mailboxes WHERE id = ?", mailbox_id)
+    return bool(kind == "sandbox")
+
+
 async def delete(tx: Tx, mailbox_id: str) -> None:
     """Permanent: the mailbox and every message of it, with bodies and parses."""
+    # Copies not yet deleted let go of their sources; a source shared with another mailbox stays.
+    held = await tx.fetch("SELECT source_id FROM messages WHERE mailbox_id = ? AND deleted = 0", mailbox_id)
+    await release_sources(tx, [r["source_id"] for r in held])
     ids = "SELECT id FROM messages WHERE mailbox_id = ?"
-    await tx.execute(f"DELETE FROM message_sources WHERE message_id IN ({ids})", mailbox_id)
     await tx.execute(f"DELETE FROM message_details WHERE message_id IN ({ids})", mailbox_id)
     await search.forget_mailbox(tx, mailbox_id)
     await tx.execute("DELETE FROM messages WHERE mailbox_id = ?", mailbox_id)
@@ -113,7 +124,7 @@ async def recipient(tx: Tx, address: str) -> RecipientRow | None:
         "SELECT m.id, m.user_id, m.token_id, m.address, m.domain_id, m.quota, m.used, m.password_gen, "
         "m.created_at, u.plan, u.status AS user_status, d.verify_status "
         "FROM mailboxes m JOIN users u ON u.id = m.user_id "
-        "LEFT JOIN custom_domains d ON d.id = m.domain_id WHERE m.address = ?",
+        "LEFT JOIN custom_domains d ON d.id = m.domain_id WHERE m.address = ? AND m.kind = 'mailbox'",
         address,
     )
     if row is None:

@@ -20,14 +20,28 @@ def summary_from(row: Row) -> MessageSummary:
 
 @dataclass(frozen=True, slots=True)
 class NewMessage:
+    """A copy to store. Copies with the same `source_id` share one row of raw bytes."""
+
     summary: MessageSummary
     raw_compressed: bytes
+    source_id: str
+    # The envelope recipients as a JSON list, kept for mail the SMTP sandbox captured.
+    envelope: str | None = None
 
 
 async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
-    """Insert stored copies (their sizes are charged by `charge`)."""
+    """Insert stored copies (their sizes are charged by `charge`), each source once."""
+    refs: dict[str, int] = {}
+    raws: dict[str, bytes] = {}
+    for m in items:
+        refs[m.source_id] = refs.get(m.source_id, 0) + 1
+        raws.setdefault(m.source_id, m.raw_compressed)
     await tx.executemany(
-        f"INSERT INTO messages ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO message_sources (id, raw, refs) VALUES (?, ?, ?)",
+        [(source_id, raws[source_id], count) for source_id, count in refs.items()],
+    )
+    await tx.executemany(
+        f"INSERT INTO messages ({COLUMNS}, source_id, envelope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 m.summary.id,
@@ -40,13 +54,11 @@ async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
                 0,
                 m.summary.created_at,
                 m.summary.expires_at,
+                m.source_id,
+                m.envelope,
             )
             for m in items
         ],
-    )
-    await tx.executemany(
-        "INSERT INTO message_sources (message_id, raw) VALUES (?, ?)",
-        [(m.summary.id, m.raw_compressed) for m in items],
     )
 
 
@@ -61,15 +73,14 @@ async def charge(tx: Tx, mailbox_id: str, size: int) -> bool:
 async def page(
     tx: Tx, mailbox_id: str, *, page: int, now: float, flt: MessageFilter = NO_FILTER, size: int = PAGE_SIZE
 ) -> list[MessageSummary]:
-    join, extra, args = search.conditions(tx.dialect, flt)
-    where = " AND ".join(["m.mailbox_id = ?", "m.deleted = 0", "m.expires_at > ?", *extra])
+    q = await search.query(tx, mailbox_id, flt)
+    where = " AND ".join([*q.where, "m.mailbox_id = ?", "m.deleted = 0", "m.expires_at > ?"])
     columns = ", ".join(f"m.{c}" for c in COLUMNS.split(", "))
     rows = await tx.fetch(
-        f"SELECT {columns} FROM messages m{join} WHERE {where} "
-        f"ORDER BY m.created_at DESC, m.id DESC LIMIT {int(size)} OFFSET ?",
+        f"SELECT {columns} FROM {q.source} WHERE {where} ORDER BY {q.order} LIMIT {int(size)} OFFSET ?",
+        *q.args,
         mailbox_id,
         now,
-        *args,
         (page - 1) * size,
     )
     return [summary_from(r) for r in rows]
@@ -86,7 +97,9 @@ async def get(tx: Tx, mailbox_id: str, message_id: str) -> MessageSummary | None
 
 
 async def raw(tx: Tx, message_id: str) -> bytes | None:
-    value = await tx.fetchval("SELECT raw FROM message_sources WHERE message_id = ?", message_id)
+    value = await tx.fetchval(
+        "SELECT s.raw FROM messages m JOIN message_sources s ON s.id = m.source_id WHERE m.id = ?", message_id
+    )
     return None if value is None else bytes(value)
 
 
@@ -125,10 +138,22 @@ async def mark_all_read(tx: Tx, mailbox_id: str, *, now: float) -> int:
     )
 
 
+async def release_sources(tx: Tx, source_ids: Sequence[str]) -> None:
+    """Each id is one copy letting go of its source (repeat an id for several copies); a source
+    that no copy holds any more is removed."""
+    if not source_ids:
+        return
+    await tx.executemany("UPDATE message_sources SET refs = refs - 1 WHERE id = ?", [(s,) for s in source_ids])
+    await tx.executemany(
+        "DELETE FROM message_sources WHERE id = ? AND refs <= 0", [(s,) for s in sorted(set(source_ids))]
+    )
+
+
 async def soft_delete(tx: Tx, mailbox_id: str, message_id: str) -> bool:
-    """Delete a message; its size leaves `used` unless expiry already took it out."""
+    """Delete a message; its size leaves `used` unless expiry already took it out. Its bytes go
+    with it unless another copy of the same delivery still holds them."""
     row = await tx.fetchrow(
-        "SELECT size, expired FROM messages WHERE id = ? AND mailbox_id = ? AND deleted = 0",
+        "SELECT size, expired, source_id FROM messages WHERE id = ? AND mailbox_id = ? AND deleted = 0",
         message_id,
         mailbox_id,
     )
@@ -137,19 +162,22 @@ async def soft_delete(tx: Tx, mailbox_id: str, message_id: str) -> bool:
     await tx.execute("UPDATE messages SET deleted = 1 WHERE id = ?", message_id)
     if not row["expired"]:
         await tx.execute("UPDATE mailboxes SET used = used - ? WHERE id = ?", row["size"], mailbox_id)
-    await tx.execute("DELETE FROM message_sources WHERE message_id = ?", message_id)
+    await release_sources(tx, [row["source_id"]])
     await tx.execute("DELETE FROM message_details WHERE message_id = ?", message_id)
     await search.forget(tx, [message_id])
     return True
 
 
+# The sweep's queries, each served by an index (tests/test_purge.py checks the plans): the writer
+# runs them, and every pending delivery waits behind them.
+EXPIRE_DUE = "SELECT id, mailbox_id, size FROM messages WHERE expired = 0 AND deleted = 0 AND expires_at <= ? LIMIT ?"
+PURGE_DELETED = "SELECT id FROM messages WHERE deleted = 1 LIMIT ?"
+PURGE_EXPIRED = "SELECT id, source_id FROM messages WHERE expired = 1 AND expires_at <= ? AND deleted = 0 LIMIT ?"
+
+
 async def expire_due(tx: Tx, *, now: float, limit: int) -> int:
     """Flag messages whose retention ended and take their bytes out of `used`."""
-    rows = await tx.fetch(
-        "SELECT id, mailbox_id, size FROM messages WHERE expired = 0 AND deleted = 0 AND expires_at <= ? LIMIT ?",
-        now,
-        limit,
-    )
+    rows = await tx.fetch(EXPIRE_DUE, now, limit)
     if not rows:
         return 0
     await tx.executemany("UPDATE messages SET expired = 1 WHERE id = ?", [(r["id"],) for r in rows])
@@ -160,17 +188,40 @@ async def expire_due(tx: Tx, *, now: float, limit: int) -> int:
 
 
 async def purge(tx: Tx, *, expired_before: float, limit: int) -> int:
-    """Remove for good the messages past their grace, and the soft-deleted ones."""
-    rows = await tx.fetch(
-        "SELECT id FROM messages WHERE deleted = 1 OR (expired = 1 AND expires_at <= ?) LIMIT ?",
-        expired_before,
-        limit,
-    )
-    if not rows:
-        return 0
-    ids = [(r["id"],) for r in rows]
-    await tx.executemany("DELETE FROM message_sources WHERE message_id = ?", ids)
-    await tx.executemany("DELETE FROM message_details WHERE message_id = ?", ids)
-    await search.forget(tx, [r["id"] for r in rows])
-    await tx.executemany("DELETE FROM messages WHERE id = ?", ids)
+    """Remove for good up to `limit` rows: the soft-deleted ones (which let go of their source
+    when deleted), then the expired ones past their grace (which let go now)."""
+    deleted = await tx.fetch(PURGE_DELETED, limit)
+    ids = [(r["id"],) for r in deleted]
+    if len(ids) < limit:
+        expired = await tx.fetch(PURGE_EXPIRED, expired_before, limit - len(ids))
+        await release_sources(tx, [r["source_id"] for r in expired])
+        await tx.executemany("DELETE FROM message_details WHERE message_id = ?", [(r["id"],) for r in expired])
+        ids.extend((r["id"],) for r in expired)
+    if ids:
+        await search.forget(tx, [i for (i,) in ids])
+        await tx.executemany("DELETE FROM messages WHERE id = ?", ids)
     return len(ids)
+
+
+async def mark_unread(tx: Tx, mailbox_id: str, message_id: str, *, now: float) -> int:
+    return await tx.execute(
+        "UPDATE messages SET is_read = 0 WHERE mailbox_id = ? AND id = ? AND is_read = 1 AND deleted = 0 "
+        "AND expires_at > ?",
+        mailbox_id,
+        message_id,
+        now,
+    )
+
+
+async def unread_counts(tx: Tx, mailbox_ids: Sequence[str], *, now: float) -> dict[str, int]:
+    """Live unread messages per mailbox; mailboxes with none are absent."""
+    if not mailbox_ids:
+        return {}
+    marks = ", ".join("?" for _ in mailbox_ids)
+    rows = await tx.fetch(
+        f"SELECT mailbox_id, COUNT(*) FROM messages WHERE mailbox_id IN ({marks}) AND is_read = 0 "
+        "AND deleted = 0 AND expires_at > ? GROUP BY mailbox_id",
+        *mailbox_ids,
+        now,
+    )
+    return {str(r[0]): int(r[1]) for r in rows}

@@ -35,6 +35,8 @@ api_tokens = sa.Table(
     sa.Column("created_at", Ts, nullable=False),
     sa.Column("last_used_at", Ts),
     sa.Column("revoked_at", Ts),
+    # The token's first characters, shown in the dashboard so a user can tell tokens apart.
+    sa.Column("prefix", sa.Text),
     sa.Index("ix_api_tokens_user", "user_id", "created_at"),
 )
 
@@ -66,12 +68,15 @@ mailboxes = sa.Table(
     sa.Column("quota", sa.BigInteger, nullable=False),
     sa.Column("used", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("created_at", Ts, nullable=False),
+    # "mailbox", or "sandbox" for a user's SMTP sandbox (never a recipient of received mail).
+    sa.Column("kind", sa.Text, nullable=False, server_default="mailbox"),
     sa.Index("ix_mailboxes_user", "user_id", "created_at"),
     sa.Index("ix_mailboxes_token", "token_id"),
 )
 
 # One row per stored copy; `deleted` is the soft delete, `expired` set by the sweep once the
 # retention passed (the list also filters on `expires_at` so nothing waits for the sweep).
+# `source_id` names the raw bytes, shared by every copy of one delivery.
 messages = sa.Table(
     "messages",
     metadata,
@@ -87,6 +92,9 @@ messages = sa.Table(
     sa.Column("expired", Flag, nullable=False, server_default="0"),
     sa.Column("created_at", Ts, nullable=False),
     sa.Column("expires_at", Ts, nullable=False),
+    sa.Column("source_id", sa.Text, nullable=False),
+    # The envelope recipients (a JSON list) of mail captured by the SMTP sandbox; null otherwise.
+    sa.Column("envelope", sa.Text),
     # 0 until the background indexer has written its `message_search` row.
     sa.Column("indexed", Flag, nullable=False, server_default="0"),
     sa.Index("ix_messages_list", "mailbox_id", "deleted", "created_at", "id"),
@@ -97,14 +105,25 @@ messages = sa.Table(
         sqlite_where=sa.text("indexed = 0"),
         postgresql_where=sa.text("indexed = 0"),
     ),
+    # The purge finds soft-deleted rows here, not by a scan; partial, so live mail costs it nothing.
+    sa.Index(
+        "ix_messages_deleted",
+        "deleted",
+        "id",
+        sqlite_where=sa.text("deleted = 1"),
+        postgresql_where=sa.text("deleted = 1"),
+    ),
 )
 
-# Raw bytes (zstd) apart from the summary, so a list page never reads a body.
+# Raw bytes (zstd) apart from the summary, so a list page never reads a body; stored once per
+# delivery. `refs` counts the copies that still hold it (rows of `messages` not deleted); the
+# row goes when the last one lets go.
 message_sources = sa.Table(
     "message_sources",
     metadata,
-    sa.Column("message_id", sa.Text, primary_key=True),
+    sa.Column("id", sa.Text, primary_key=True),
     sa.Column("raw", sa.LargeBinary, nullable=False),
+    sa.Column("refs", sa.Integer, nullable=False, server_default="1"),
 )
 
 # The full parse, made on first open and kept (JSON of bodies and attachment table).
@@ -113,6 +132,16 @@ message_details = sa.Table(
     metadata,
     sa.Column("message_id", sa.Text, primary_key=True),
     sa.Column("detail", sa.Text, nullable=False),
+)
+
+# One per user, made on first use: the SMTP sandbox's username and the mailbox it captures into.
+sandboxes = sa.Table(
+    "sandboxes",
+    metadata,
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("username", sa.Text, nullable=False, unique=True),
+    sa.Column("mailbox_id", sa.Text, nullable=False, unique=True),
+    sa.Column("created_at", Ts, nullable=False),
 )
 
 # The search index (store/search.py), filled off the SMTP path. `terms` is a tsvector with a GIN
@@ -193,4 +222,47 @@ meta = sa.Table(
     metadata,
     sa.Column("key", sa.Text, primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
+)
+
+# Browser sessions (issue 11). `id` is the SHA-256 of the cookie's random value, so a copy of the
+# table opens nothing. `user_id` is null while a sign-in is under way (the provider's state,
+# nonce and PKCE verifier sit in `data` until the callback); a signed-in session gets a new id.
+sessions = sa.Table(
+    "sessions",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE")),
+    sa.Column("csrf_token", sa.Text, nullable=False),
+    sa.Column("data", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Column("last_seen_at", Ts, nullable=False),
+    sa.Column("expires_at", Ts, nullable=False),
+    sa.Index("ix_sessions_user", "user_id"),
+    sa.Index("ix_sessions_expiry", "expires_at"),
+)
+
+# One-time sign-in links (`inboxd users sign-in-link`): the SHA-256 of the link's secret.
+sign_in_links = sa.Table(
+    "sign_in_links",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Column("expires_at", Ts, nullable=False),
+    sa.Column("used_at", Ts),
+    sa.Index("ix_sign_in_links_user", "user_id"),
+)
+
+# Who a provider vouched for: (provider, subject) is the key, so a changed email at the provider
+# still reaches the same user.
+identities = sa.Table(
+    "identities",
+    metadata,
+    sa.Column("provider", sa.Text, primary_key=True),
+    sa.Column("subject", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("email", sa.Text, nullable=False),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Column("last_sign_in_at", Ts, nullable=False),
+    sa.Index("ix_identities_user", "user_id"),
 )

@@ -27,15 +27,21 @@ class Pending:
     id: str
     mailbox_id: str
     size: int
+    created_at: float
 
 
 @dataclass(frozen=True, slots=True)
 class Doc:
     message_id: str
     mailbox_id: str
+    created_at: float
     recipients: str
     has_attachments: bool
     terms: list[str]
+
+
+# Up to this many full-text matches in a mailbox, PostgreSQL sorts them; beyond, it walks the list.
+FEW_MATCHES = 2000
 
 
 def _like(needle: str) -> str:
@@ -69,8 +75,56 @@ def _text_match(dialect: str, columns: Sequence[str], needle: str) -> tuple[str,
     return f"({sql})", [pattern] * len(columns)
 
 
+def mailbox_term(mailbox_id: str) -> str:
+    """A word only the mailbox's indexed messages carry: full text starts from the mailbox's own
+    matches rather than everyone's."""
+    return "mbx" + mailbox_id.replace("-", "")
+
+
+def doc_id_base(created_at: float) -> int:
+    """SQLite's FTS5 rowid follows `created_at` (microseconds, room for 64 per microsecond), so
+    a full-text page walks the matches newest first and stops after the page."""
+    return int(created_at * 1_000_000) * 64
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A filtered list as SQL pieces over `messages m`."""
+
+    source: str
+    where: list[str]
+    args: list[Any]
+    order: str
+
+
+async def query(tx: Tx, mailbox_id: str, flt: MessageFilter) -> Query:
+    join, where, args = conditions(tx.dialect, flt)
+    ordered = "m.created_at DESC, m.id DESC"
+    if not flt.terms:
+        return Query("messages m" + join, where, args, ordered)
+    terms = [Term(mailbox_term(mailbox_id)), *flt.terms]
+    if tx.dialect != "postgresql":
+        # FTS5 yields rowids in order, so the page is read newest first without a sort.
+        source = "message_fts f JOIN message_search s ON s.doc_id = f.rowid JOIN messages m ON m.id = s.message_id"
+        return Query(source, ["f.message_fts MATCH ?", *where], [_fts5_query(terms), *args], "f.rowid DESC")
+    # PostgreSQL: a few matches are fetched from the GIN index and sorted; many are better found
+    # by walking the mailbox newest first until a page is full. The planner guesses between the
+    # two from word statistics of the whole table; counting the mailbox's matches first decides.
+    tsquery = _tsquery(terms)
+    matches = await tx.fetch(
+        "SELECT message_id FROM message_search WHERE terms @@ CAST(? AS tsquery) LIMIT ?", tsquery, FEW_MATCHES + 1
+    )
+    if len(matches) <= FEW_MATCHES:
+        return Query(
+            "messages m" + join, ["m.id = ANY(CAST(? AS text[]))", *where], [[r[0] for r in matches], *args], ordered
+        )
+    source = "messages m JOIN message_search s ON s.message_id = m.id"
+    return Query(source, [*where, "s.terms @@ CAST(? AS tsquery)"], [*args, tsquery], ordered)
+
+
 def conditions(dialect: str, flt: MessageFilter) -> tuple[str, list[str], list[Any]]:
-    """(join, extra WHERE conditions, their arguments) for `flt` on `messages m`."""
+    """(join, extra WHERE conditions, their arguments) for `flt` on `messages m`, full text
+    aside (`query` adds it)."""
     where: list[str] = []
     args: list[Any] = []
     if flt.from_:
@@ -90,7 +144,7 @@ def conditions(dialect: str, flt: MessageFilter) -> tuple[str, list[str], list[A
     if flt.until is not None:
         where.append("m.created_at < ?")
         args.append(flt.until)
-    if not flt.needs_index:
+    if not (flt.to or flt.has_attachments is not None):
         return "", where, args
     if flt.to:
         # Stored lowercase, so a plain LIKE is case-insensitive on both databases.
@@ -99,33 +153,27 @@ def conditions(dialect: str, flt: MessageFilter) -> tuple[str, list[str], list[A
     if flt.has_attachments is not None:
         where.append("s.has_attachments = ?")
         args.append(1 if flt.has_attachments else 0)
-    if flt.terms:
-        if dialect == "postgresql":
-            where.append("s.terms @@ CAST(? AS tsquery)")
-            args.append(_tsquery(flt.terms))
-        else:
-            where.append("s.doc_id IN (SELECT rowid FROM message_fts WHERE message_fts MATCH ?)")
-            args.append(_fts5_query(flt.terms))
     return " JOIN message_search s ON s.message_id = m.id", where, args
 
 
 async def pending(tx: Tx, *, limit: int) -> list[Pending]:
     rows = await tx.fetch(
-        "SELECT id, mailbox_id, size FROM messages WHERE indexed = 0 AND deleted = 0 ORDER BY created_at LIMIT ?",
+        "SELECT id, mailbox_id, size, created_at FROM messages WHERE indexed = 0 AND deleted = 0 "
+        "ORDER BY created_at LIMIT ?",
         limit,
     )
-    return [Pending(r[0], r[1], r[2]) for r in rows]
+    return [Pending(r[0], r[1], r[2], r[3]) for r in rows]
 
 
 async def sources(tx: Tx, message_ids: Sequence[str]) -> list[Row]:
-    """(message id, compressed raw, subject, from, sender, mailbox address) of each message."""
+    """(message id, compressed raw, subject, from, sender, mailbox address, envelope) of each message."""
     if not message_ids:
         return []
     marks = ", ".join("?" for _ in message_ids)
     return await tx.fetch(
-        "SELECT m.id, s.raw, m.subject, m.from_header, m.sender, b.address FROM messages m "
-        "JOIN message_sources s ON s.message_id = m.id JOIN mailboxes b ON b.id = m.mailbox_id "
-        f"WHERE m.id IN ({marks})",
+        "SELECT m.id, s.raw, m.subject, m.from_header, m.sender, b.address, m.envelope FROM messages m "
+        "JOIN message_sources s ON s.id = m.source_id JOIN mailboxes b ON b.id = m.mailbox_id "
+        f"WHERE m.deleted = 0 AND m.id IN ({marks})",
         *message_ids,
     )
 
@@ -146,6 +194,7 @@ async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
         ):
             continue
         attachments = 1 if doc.has_attachments else 0
+        terms = [mailbox_term(doc.mailbox_id), *doc.terms]
         if tx.dialect == "postgresql":
             await tx.execute(
                 "INSERT INTO message_search (message_id, mailbox_id, recipients, has_attachments, terms) "
@@ -154,18 +203,22 @@ async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
                 doc.mailbox_id,
                 doc.recipients,
                 attachments,
-                doc.terms,
+                terms,
             )
         else:
-            doc_id = await tx.fetchval(
-                "INSERT INTO message_search (message_id, mailbox_id, recipients, has_attachments) "
-                "VALUES (?, ?, ?, ?) RETURNING doc_id",
+            doc_id = doc_id_base(doc.created_at)
+            while await tx.fetchval("SELECT 1 FROM message_search WHERE doc_id = ?", doc_id):
+                doc_id += 1  # copies stored in the same microsecond
+            await tx.execute(
+                "INSERT INTO message_search (doc_id, message_id, mailbox_id, recipients, has_attachments) "
+                "VALUES (?, ?, ?, ?, ?)",
+                doc_id,
                 doc.message_id,
                 doc.mailbox_id,
                 doc.recipients,
                 attachments,
             )
-            await tx.execute("INSERT INTO message_fts (rowid, terms) VALUES (?, ?)", doc_id, " ".join(doc.terms))
+            await tx.execute("INSERT INTO message_fts (rowid, terms) VALUES (?, ?)", doc_id, " ".join(terms))
         done.append(doc.mailbox_id)
     return done
 

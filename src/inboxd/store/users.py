@@ -8,7 +8,7 @@ from inboxd.model import ApiToken, User
 from inboxd.store.db import Row, Tx
 
 USER_COLUMNS = "id, email, plan, role, status, created_at"
-TOKEN_COLUMNS = "id, user_id, name, created_at, last_used_at, revoked_at"
+TOKEN_COLUMNS = "id, user_id, name, created_at, last_used_at, revoked_at, prefix"
 
 
 def user_from(row: Row, prefix: str = "") -> User:
@@ -30,6 +30,7 @@ def token_from(row: Row) -> ApiToken:
         created_at=row["created_at"],
         last_used_at=row["last_used_at"],
         revoked_at=row["revoked_at"],
+        prefix=row["prefix"],
     )
 
 
@@ -77,18 +78,19 @@ async def update_user(tx: Tx, user_id: str, *, plan: str | None, status: str | N
 
 async def insert_token(tx: Tx, token: ApiToken, token_hash: str) -> None:
     await tx.execute(
-        "INSERT INTO api_tokens (id, user_id, name, token_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO api_tokens (id, user_id, name, token_hash, created_at, prefix) VALUES (?, ?, ?, ?, ?, ?)",
         token.id,
         token.user_id,
         token.name,
         token_hash,
         token.created_at,
+        token.prefix,
     )
 
 
 async def token_with_user(tx: Tx, token_hash: str) -> tuple[ApiToken, User] | None:
     row = await tx.fetchrow(
-        "SELECT t.id, t.user_id, t.name, t.created_at, t.last_used_at, t.revoked_at, "
+        "SELECT t.id, t.user_id, t.name, t.created_at, t.last_used_at, t.revoked_at, t.prefix, "
         "u.id AS u_id, u.email AS u_email, u.plan AS u_plan, u.role AS u_role, "
         "u.status AS u_status, u.created_at AS u_created_at "
         "FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = ?",
@@ -134,3 +136,19 @@ async def put_meta_if_absent(tx: Tx, key: str, value: str) -> str:
     stored = await get_meta(tx, key)
     assert stored is not None
     return stored
+
+
+async def update_role(tx: Tx, user_id: str, role: str) -> None:
+    await tx.execute("UPDATE users SET role = ? WHERE id = ?", role, user_id)
+
+
+async def search_users(tx: Tx, *, query: str, after: str, limit: int) -> list[User]:
+    """Users whose email contains `query`, by email, after the email `after` (keyset)."""
+    pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    rows = await tx.fetch(
+        f"SELECT {USER_COLUMNS} FROM users WHERE email LIKE ? ESCAPE '\\' AND email > ? ORDER BY email LIMIT ?",
+        pattern,
+        after,
+        limit,
+    )
+    return [user_from(r) for r in rows]

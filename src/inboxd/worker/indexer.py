@@ -19,6 +19,8 @@ from email.policy import compat32
 from email.utils import getaddresses
 from functools import partial
 
+import msgspec
+
 from inboxd.events import EventBus
 from inboxd.mail.parse import html_to_text, parse_message
 from inboxd.services.filters import index_terms
@@ -35,18 +37,22 @@ BODY_CHARS = 256 * 1024
 # Sources read and parsed at once: a batch of big messages (25 MiB each) must not all sit in memory.
 CHUNK_BYTES = 16 * 1024 * 1024
 _headers = BytesHeaderParser(policy=compat32)
+_decode_envelope = msgspec.json.Decoder(list[str]).decode
 
 
-def build_doc(row: Row, mailbox_id: str) -> search.Doc:
+def build_doc(row: Row, pending: search.Pending) -> search.Doc:
     """One message's index row from its stored source; pure CPU, run in a thread."""
-    message_id, compressed, subject, from_, sender, address = (row[i] for i in range(6))
+    message_id, compressed, subject, from_, sender, address, envelope = (row[i] for i in range(7))
     raw = decompress(bytes(compressed))
     parsed = parse_message(raw)
-    recipients = storable(" ".join([address, *_recipients(raw)])).lower()
+    # The sandbox keeps the envelope recipients: Bcc'd addresses are found by `to` too.
+    captured = _decode_envelope(envelope) if envelope else []
+    recipients = storable(" ".join([address, *_recipients(raw), *captured])).lower()
     body = parsed.text_body if parsed.text_body.strip() else html_to_text(parsed.html_body)
     return search.Doc(
         message_id=message_id,
-        mailbox_id=mailbox_id,
+        mailbox_id=pending.mailbox_id,
+        created_at=pending.created_at,
         recipients=recipients,
         has_attachments=bool(parsed.attachments),
         terms=index_terms((subject, from_, sender, recipients, body[:BODY_CHARS])),
@@ -113,13 +119,13 @@ class SearchIndexer:
         waiting = await self._db.read(partial(search.pending, limit=self._batch))
         if not waiting:
             return 0
-        mailbox_of = {p.id: p.mailbox_id for p in waiting}
+        pending_of = {p.id: p for p in waiting}
         docs: list[search.Doc] = []
         for chunk in _chunks(waiting):
             rows = await self._db.read(partial(search.sources, message_ids=chunk))
-            docs += await asyncio.to_thread(_build_all, rows, mailbox_of)
+            docs += await asyncio.to_thread(_build_all, rows, pending_of)
         # Deleted meanwhile, or unparseable: nothing to index, and not worth another try.
-        skipped = set(mailbox_of) - {d.message_id for d in docs}
+        skipped = set(pending_of) - {d.message_id for d in docs}
         if skipped:
             await self._db.write(partial(search.mark_unindexable, message_ids=sorted(skipped)))
         mailboxes = await self._db.write(partial(search.save, docs=docs))
@@ -140,11 +146,11 @@ def _chunks(waiting: Sequence[search.Pending]) -> list[list[str]]:
     return chunks
 
 
-def _build_all(rows: Sequence[Row], mailbox_of: dict[str, str]) -> list[search.Doc]:
+def _build_all(rows: Sequence[Row], pending_of: dict[str, search.Pending]) -> list[search.Doc]:
     docs = []
     for row in rows:
         try:
-            docs.append(build_doc(row, mailbox_of[row[0]]))
+            docs.append(build_doc(row, pending_of[row[0]]))
         except Exception:
             log.exception("cannot index message %s; it is left out of search", row[0])
     return docs

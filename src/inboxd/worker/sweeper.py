@@ -1,5 +1,6 @@
 """Background upkeep: expire messages past retention, purge them after the grace period (and
-the soft-deleted ones), and flush coalesced token `last_used_at` values.
+the soft-deleted ones), drop expired browser sessions, and flush coalesced token `last_used_at`
+values.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from inboxd.store.db import Database
 from inboxd.tasks import cancel_and_wait
 
 log = logging.getLogger("inboxd.sweeper")
-BATCH = 500
+BATCH = 200
 
 
 class Sweeper:
@@ -56,3 +57,5 @@ class Sweeper:
         cutoff = now - self._settings.expired_grace
         while await self._db.write(partial(message_store.purge, expired_before=cutoff, limit=BATCH)) == BATCH:
             pass
+        # Expired browser sessions are refused when read; this only keeps the table small.
+        await self._services.sessions.sweep()

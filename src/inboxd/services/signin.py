@@ -1,0 +1,145 @@
+"""Who may sign in to the dashboard: identities vouched for by a provider, and one-time links.
+
+Rules (README "Sign-in"):
+- A known (provider, subject) reaches its user, whatever email the provider now reports.
+- Otherwise the provider must vouch for the email (verified); an unverified one is refused and
+  never linked. A verified email of an existing user links this identity to that user.
+- A verified email with no user creates one when `signup_allow` admits it: `*` anyone, else the
+  listed email domains; empty admits no one new. New users get `signup_plan`.
+- A suspended user is refused whichever way they come.
+- A sign-in link is a random 256-bit value whose SHA-256 is stored; it works once, within
+  `sign_in_link_ttl` seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from inboxd.config import Settings
+from inboxd.errors import Gone, SignInRefused
+from inboxd.model import Identity, User
+from inboxd.store import identities as store
+from inboxd.store import users as user_store
+from inboxd.store.db import Database, Tx
+
+LINK_PATH = "/auth/link/"
+
+
+@dataclass(frozen=True, slots=True)
+class VouchedIdentity:
+    """What a provider said about the person after a completed exchange."""
+
+    provider: str
+    subject: str
+    email: str
+    email_verified: bool
+    name: str = ""
+
+
+class SignInService:
+    def __init__(self, db: Database, *, settings: Settings, clock: Callable[[], float]) -> None:
+        self._db = db
+        self._settings = settings
+        self._clock = clock
+
+    def may_sign_up(self, email: str) -> bool:
+        allow = self._settings.signup_allow
+        if "*" in allow:
+            return True
+        return email.rpartition("@")[2] in allow
+
+    async def sign_in_identity(self, vouched: VouchedIdentity) -> User:
+        """The user this identity reaches (created or linked as the rules say), or `SignInRefused`."""
+        email = vouched.email.strip().lower()
+        user = await self._db.write(partial(self._resolve, vouched=vouched, email=email))
+        if user.status != "active":
+            raise SignInRefused("This account has been suspended.", code="account_revoked")
+        return user
+
+    async def _resolve(self, tx: Tx, *, vouched: VouchedIdentity, email: str) -> User:
+        """One unit of work, so two first sign-ins at once cannot create two users."""
+        now = self._clock()
+        known = await store.get(tx, vouched.provider, vouched.subject)
+        if known is not None:
+            user = await user_store.get_user(tx, known.user_id)
+            assert user is not None  # the foreign key cascades
+            await store.touch(tx, vouched.provider, vouched.subject, email=email or known.email, now=now)
+            return user
+        if not email or "@" not in email or not vouched.email_verified:
+            raise SignInRefused(
+                "Your identity provider did not confirm that you own this email address, so inboxd "
+                "cannot sign you in with it. Verify the address with the provider, then try again.",
+                code="email_not_verified",
+            )
+        user = await user_store.get_user_by_email(tx, email)
+        if user is None:
+            if not self.may_sign_up(email):
+                raise SignInRefused(
+                    f"There is no inboxd account for {email}, and this server does not let new users "
+                    "sign up with it. Ask the operator to create your account.",
+                    code="sign_up_closed",
+                )
+            user = User(
+                id=str(uuid.uuid4()),
+                email=email,
+                plan=self._settings.signup_plan,
+                role="user",
+                status="active",
+                created_at=now,
+            )
+            await user_store.insert_user(tx, user=user)
+        identity = Identity(
+            provider=vouched.provider,
+            subject=vouched.subject,
+            user_id=user.id,
+            email=email,
+            created_at=now,
+            last_sign_in_at=now,
+        )
+        await store.insert(tx, identity)
+        return user
+
+    async def identities(self, user: User) -> list[Identity]:
+        return await self._db.read(partial(store.for_user, user_id=user.id))
+
+    async def issue_link(self, user: User) -> str:
+        """A one-time sign-in URL for `user`."""
+        secret = secrets.token_urlsafe(32)
+        now = self._clock()
+        await self._db.write(
+            partial(
+                store.insert_link,
+                link_id=_link_hash(secret),
+                user_id=user.id,
+                now=now,
+                expires_at=now + self._settings.sign_in_link_ttl,
+            )
+        )
+        return self._settings.base_url.rstrip("/") + LINK_PATH + secret
+
+    async def redeem_link(self, secret: str) -> User:
+        """Use a link up; its user, or `Gone` (used, expired, unknown) / `SignInRefused` (suspended)."""
+        user_id, why = await self._db.write(partial(store.use_link, link_id=_link_hash(secret), now=self._clock()))
+        if user_id is None:
+            minutes = max(1, round(self._settings.sign_in_link_ttl / 60))
+            raise Gone(_LINK_PROBLEMS[why].format(minutes=minutes), code=f"link_{why}")
+        user = await self._db.read(partial(user_store.get_user, user_id=user_id))
+        if user is None or user.status != "active":
+            raise SignInRefused("This account has been suspended.", code="account_revoked")
+        return user
+
+
+_LINK_PROBLEMS = {
+    "unknown": "This sign-in link is not valid. Check that you copied all of it, or ask for a new one.",
+    "used": "This sign-in link has already been used. Each link works once; ask for a new one.",
+    "expired": "This sign-in link has expired. Links work for {minutes} minutes; ask for a new one.",
+}
+
+
+def _link_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()

@@ -1,0 +1,250 @@
+"""The submission listener's hooks: SMTP AUTH (PLAIN, LOGIN) and capture into the SMTP sandbox.
+
+On this listener nothing is delivered anywhere: after AUTH every RCPT is accepted (up to the
+recipient limit) and recorded, and DATA stores one copy in the authenticated user's sandbox
+with its envelope, committed before 250, through the same ingest path as received mail.
+
+Rules (issue 14):
+- AUTH is offered under TLS (STARTTLS or the implicit-TLS port), or without TLS when the
+  listener is on a loopback address or `submission_allow_plaintext_auth` is set; else 538.
+- Credentials: the sandbox username and any live API token of its user. Failures are counted
+  per client IP and per username with the sign-in limits (`login_max_failures` in
+  `login_failure_window`): 535 while under them, then 421 and the connection closes. The reply
+  never tells an unknown username from a wrong token.
+- The token is checked again at the first RCPT of every message, so a revoked token stops a
+  session that is already open.
+- STARTTLS forgets the authentication (the engine calls `tls_started`), and the engine drops
+  whatever was pipelined behind STARTTLS.
+- With `sandbox_anonymous_user`, a session that does not authenticate captures into that
+  user's sandbox (a laptop's zero configuration).
+"""
+
+from __future__ import annotations
+
+import binascii
+import ipaddress
+import logging
+from base64 import b64decode
+from collections.abc import Awaitable, Callable, Sequence
+
+from inboxd.config import Settings
+from inboxd.errors import Forbidden, MessageRejected, RateLimited, Unauthorized
+from inboxd.services.ingest import IngestService, Recipient
+from inboxd.services.limits import Admission
+from inboxd.services.sandbox import SandboxService, Submitter, Target
+from inboxd.smtp import replies as R
+from inboxd.smtp.server import Session, SessionHooks
+
+log = logging.getLogger("inboxd.smtp.submission")
+
+MECHANISMS = "AUTH PLAIN LOGIN"
+_USERNAME_CHALLENGE = "VXNlcm5hbWU6"  # base64 "Username:"
+_PASSWORD_CHALLENGE = "UGFzc3dvcmQ6"  # base64 "Password:"
+_FAILURE_KEY = "smtp:"  # the sign-in limits' key space for sandbox usernames
+
+
+class Submission:
+    """Makes each submission session's hooks; one per listener."""
+
+    def __init__(
+        self,
+        *,
+        sandboxes: SandboxService,
+        ingest: IngestService,
+        admission: Admission,
+        settings: Settings,
+        plaintext_auth: bool | None = None,
+    ) -> None:
+        self.sandboxes = sandboxes
+        self.ingest = ingest
+        self.admission = admission
+        self.settings = settings
+        # Whether AUTH is offered without TLS; given explicitly only where a listener is built by hand.
+        if plaintext_auth is None:
+            plaintext_auth = settings.submission_allow_plaintext_auth or _is_loopback(settings.submission_host)
+        self.plaintext_auth = plaintext_auth
+
+    def __call__(self, session: Session) -> SessionHooks:
+        return _SubmissionSession(self, session)
+
+
+class _SubmissionSession:
+    def __init__(self, listener: Submission, session: Session) -> None:
+        self.listener = listener
+        self.session = session
+        self.submitter: Submitter | None = None
+        self.target: Target | None = None
+
+    # SessionHooks ------------------------------------------------------------------------------
+
+    def ehlo_keywords(self) -> Sequence[str]:
+        return (MECHANISMS,) if self._auth_offered() else ()
+
+    def command(self, verb: str, arg: str) -> bool:
+        if verb != "AUTH":
+            return False
+        self._auth(arg)
+        return True
+
+    def mail_refusal(self) -> str | None:
+        if self.submitter is None and not self.listener.settings.sandbox_anonymous_user:
+            return R.AUTH_REQUIRED
+        return None
+
+    async def resolve(self, address: str, *, declared_size: int | None) -> Recipient:
+        # Checked once per message, at its first RCPT: the credentials, the plan, the quotas.
+        if self.target is None or not self.session.envelope:
+            self.target = None
+            sandboxes = self.listener.sandboxes
+            if self.submitter is not None:
+                try:
+                    target = await sandboxes.recheck(self.submitter)
+                except MessageRejected:
+                    self.submitter = None
+                    raise
+            else:
+                target = await sandboxes.anonymous(self.listener.settings.sandbox_anonymous_user)
+            used, limit = await self.listener.admission.usage(target.user)
+            if used >= limit:
+                raise MessageRejected(code="ops_quota_exceeded")
+            self.target = target
+        recipient = self.target.recipient
+        if declared_size and recipient.mailbox.used + declared_size > recipient.mailbox.quota:
+            raise MessageRejected(code="mailbox_full")
+        return recipient
+
+    def deliver(
+        self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes
+    ) -> Awaitable[object]:
+        stored = self.listener.ingest.deliver(sender=sender, recipients=recipients, raw=raw, envelope=envelope)
+        return self._after(stored)
+
+    async def _after(self, stored: Awaitable[object]) -> None:
+        await stored
+        # Each captured message is one operation of the plan's month; the next reads the quotas afresh.
+        if self.target is not None:
+            await self.listener.admission.count(self.target.user)
+        self.target = None
+
+    def tls_started(self) -> None:
+        self.submitter = None
+        self.target = None
+
+    # AUTH -------------------------------------------------------------------------------------
+
+    def _auth_offered(self) -> bool:
+        return self.session.secure or self.listener.plaintext_auth
+
+    def _auth(self, arg: str) -> None:
+        session = self.session
+        if session.helo is None:
+            session.error(R.NEED_HELO)
+            return
+        if self.submitter is not None:
+            session.error(R.AUTH_ALREADY)
+            return
+        if session.sender is not None:
+            session.error(R.AUTH_IN_TRANSACTION)
+            return
+        if not self._auth_offered():
+            session.error(R.AUTH_NEEDS_TLS)
+            return
+        mechanism, _, initial = arg.partition(" ")
+        mechanism, initial = mechanism.upper(), initial.strip()
+        if mechanism == "PLAIN":
+            if initial:
+                self._plain(initial.encode("utf-8", "surrogateescape"))
+            else:
+                self._ask("", self._plain)
+        elif mechanism == "LOGIN":
+            if initial:
+                self._login_username(initial.encode("utf-8", "surrogateescape"))
+            else:
+                self._ask(_USERNAME_CHALLENGE, self._login_username)
+        else:
+            session.error(R.AUTH_MECHANISM if mechanism else R.SYNTAX_ERROR)
+
+    def _ask(self, challenge: str, then: Callable[[bytes], None]) -> None:
+        def answer(line: bytes) -> None:
+            if line.strip() == b"*":
+                self.session.error(R.AUTH_CANCELLED)
+                return
+            then(line)
+
+        self.session.line_handler = answer
+        self.session.reply(R.AUTH_CHALLENGE.format(challenge=challenge))
+
+    def _plain(self, response: bytes) -> None:
+        decoded = _decode(response)
+        parts = None if decoded is None else decoded.split(b"\x00")
+        if parts is None or len(parts) != 3:
+            self.session.error(R.AUTH_UNDECODABLE)
+            return
+        authzid, username, password = (_text(p) for p in parts)
+        if username is None or password is None or authzid is None or authzid not in ("", username):
+            self.session.error(R.AUTH_UNDECODABLE)
+            return
+        self.session.run(self._verify(username, password))
+
+    def _login_username(self, response: bytes) -> None:
+        decoded = _decode(response)
+        username = None if decoded is None else _text(decoded)
+        if username is None:
+            self.session.error(R.AUTH_UNDECODABLE)
+            return
+        self._ask(_PASSWORD_CHALLENGE, lambda line: self._login_password(username, line))
+
+    def _login_password(self, username: str, response: bytes) -> None:
+        decoded = _decode(response)
+        password = None if decoded is None else _text(decoded)
+        if password is None:
+            self.session.error(R.AUTH_UNDECODABLE)
+            return
+        self.session.run(self._verify(username, password))
+
+    async def _verify(self, username: str, password: str) -> None:
+        listener, session = self.listener, self.session
+        key = _FAILURE_KEY + username.strip().lower()
+        try:
+            await listener.admission.check_sign_in(key, client=session.peer)
+        except RateLimited:
+            session.close(R.AUTH_TOO_MANY)
+            return
+        try:
+            submitter = await listener.sandboxes.authenticate(username, password)
+        except Unauthorized:
+            await listener.admission.sign_in_failed(key, client=session.peer)
+            session.error(R.AUTH_FAILED)
+            return
+        except Forbidden:
+            session.error(R.AUTH_PRO_REQUIRED)
+            return
+        await listener.admission.sign_in_succeeded(key, client=session.peer)
+        self.submitter, self.target = submitter, None
+        session.reply(R.AUTH_OK)
+
+
+def _decode(response: bytes) -> bytes | None:
+    value = response.strip()
+    if value == b"=":
+        return b""
+    try:
+        return b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _text(value: bytes) -> str | None:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,20 @@
+"""Every page route of the dashboard, and its static assets (shipped in the wheel)."""
+
+from __future__ import annotations
+
+from starlette.middleware import Middleware
+from starlette.routing import BaseRoute, Mount
+from starlette.staticfiles import StaticFiles
+
+from inboxd.web import account, mail, sign_in
+from inboxd.web.pages import SecurityHeaders
+
+
+def routes() -> list[BaseRoute]:
+    static = StaticFiles(packages=[("inboxd.web", "static")])
+    return [
+        *sign_in.routes,
+        *account.routes,
+        *mail.routes,
+        Mount("/static", app=static, name="static", middleware=[Middleware(SecurityHeaders)]),
+    ]

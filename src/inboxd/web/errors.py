@@ -1,0 +1,72 @@
+"""The one table from errors to pages: a title, the error's message and a way back.
+
+Nothing a visitor can send ends in a bare 500: our own errors become their status with a page
+that says what happened; a storage fault says to try again. Sign-in problems are logged once here.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from inboxd.errors import Forbidden, Gone, InboxdError, NotFound, ProviderError, RateLimited, SignInRefused
+from inboxd.web.pages import WebCall, render
+
+log = logging.getLogger("inboxd.web")
+
+_TITLES: dict[str, str] = {
+    "csrf_failed": "This form has expired",
+    "email_not_verified": "Your email address is not verified",
+    "sign_up_closed": "Sign-up is closed",
+    "account_revoked": "This account is suspended",
+    "link_used": "This sign-in link was already used",
+    "link_expired": "This sign-in link has expired",
+    "link_unknown": "This sign-in link is not valid",
+    "provider_error": "Sign-in did not complete",
+    "rate_limit_exceeded": "Too many attempts",
+}
+
+
+def _title(error: InboxdError) -> str:
+    if error.code in _TITLES:
+        return _TITLES[error.code]
+    if isinstance(error, NotFound):
+        return "Not found"
+    if isinstance(error, Forbidden):
+        return "Not allowed"
+    if error.status >= 500:
+        return "Something went wrong"
+    return "That did not work"
+
+
+def error_page(request: Request, call: WebCall, error: InboxdError) -> Response:
+    if isinstance(error, SignInRefused | ProviderError | Gone) or error.code == "csrf_failed":
+        log.warning(
+            "web %s %s refused: %s (%s)%s",
+            request.method,
+            request.url.path,
+            error.code,
+            error.message,
+            f": {error.__cause__!r}" if error.__cause__ else "",
+        )
+    elif error.status >= 500:
+        log.warning("web %s %s failed: %r", request.method, request.url.path, error.__cause__ or error)
+    signed_in = call.session is not None and call.session.user is not None
+    back = ("/account", "Back to your account") if signed_in else ("/auth/sign-in", "Back to sign-in")
+    response = render(
+        request,
+        call,
+        "error.html",
+        status=error.status,
+        title=_title(error),
+        message=error.message
+        if error.status < 500 or isinstance(error, ProviderError)
+        else "An unexpected error occurred. Please try again in a moment.",
+        back_path=back[0],
+        back_label=back[1],
+    )
+    if isinstance(error, RateLimited):
+        response.headers["Retry-After"] = str(max(1, int(error.retry_after + 0.999)))
+    return response
