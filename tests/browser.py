@@ -84,6 +84,12 @@ class Web:
         await page.get_by_role("button", name="Sign in").click()
         await page.wait_for_url("**/account")
 
+    async def at_provider(self, page: Page, login: str) -> None:
+        """Complete `OidcProvider`'s sign-in form (tests/identity_providers.py) after a redirect to it."""
+        await page.locator("input[name=login]").fill(login)
+        await page.locator("input[name=password]").fill("any-password")
+        await page.locator("button[type=submit]").click()
+
     async def screenshot(self, page: Page, name: str) -> None:
         """Full-page screenshots at each width (SQLite run only: the pages are the same)."""
         if self.backend != "sqlite":
@@ -101,11 +107,12 @@ StartWeb = Callable[..., Awaitable[Web]]
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def start_web(make_settings: Any, clock: Clock, browser: Browser, backend: str) -> AsyncIterator[StartWeb]:
-    """`await start_web(**settings)`: an inboxd on a free port whose base URL is that address."""
+    """`await start_web(port=None, **settings)`: an inboxd on `port` (a free one by default) whose
+    base URL is that address."""
     started: list[Web] = []
 
-    async def start(**overrides: Any) -> Web:
-        port = free_port()
+    async def start(*, port: int | None = None, **overrides: Any) -> Web:
+        port = port or free_port()
         base = f"http://127.0.0.1:{port}"
         settings = make_settings(http_port=port, base_url=base, **overrides)
         server = Inboxd(settings, clock=clock)

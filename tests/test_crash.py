@@ -99,9 +99,11 @@ async def all_items(http: httpx.AsyncClient, mailbox_id: str, auth: dict[str, st
     raise AssertionError("too many pages")
 
 
-async def verify(http: httpx.AsyncClient, auth: dict[str, str], boxes: list[dict[str, Any]], ledger: Ledger) -> int:
-    """Every acknowledged message is in each of its mailboxes, intact; nothing stored is torn.
-    Returns how many stored copies were checked."""
+async def verify(
+    http: httpx.AsyncClient, auth: dict[str, str], boxes: list[dict[str, Any]], ledger: Ledger, *, sources: bool = True
+) -> int:
+    """Every acknowledged message is in each of its mailboxes, intact; nothing stored is torn
+    (`sources=False` checks presence and size only). Returns how many stored copies were checked."""
     checked = 0
     for box in boxes:
         items = await all_items(http, box["id"], auth)
@@ -111,11 +113,14 @@ async def verify(http: httpx.AsyncClient, auth: dict[str, str], boxes: list[dict
             sent = ledger.sent.get(token)
             assert sent is not None, f"a message that was never sent: {item['subject']!r}"
             assert box["id"] in sent.mailbox_ids
-            source = await http.get(f"/api/accounts/{box['id']}/messages/{item['id']}/source", headers=auth)
-            assert source.status_code == 200, source.text
-            tail = source.content[-len(sent.body) :]
-            assert hashlib.sha256(tail).hexdigest() == sent.digest, f"{token}: the stored source differs"
-            assert item["size"] == len(source.content)
+            if sources:
+                source = await http.get(f"/api/accounts/{box['id']}/messages/{item['id']}/source", headers=auth)
+                assert source.status_code == 200, source.text
+                tail = source.content[-len(sent.body) :]
+                assert hashlib.sha256(tail).hexdigest() == sent.digest, f"{token}: the stored source differs"
+                assert item["size"] == len(source.content)
+            else:
+                assert item["size"] > len(sent.body)  # the body plus our Received: header
             found.add(token)
             checked += 1
         expected = {t for t in ledger.acked if box["id"] in ledger.sent[t].mailbox_ids}
@@ -176,7 +181,7 @@ async def test_acknowledged_mail_survives_sigkill(crash_env: dict[str, str], tmp
             ]
             for thread in threads:
                 thread.start()
-            await asyncio.sleep(rng.uniform(0.2, 1.0))
+            await asyncio.sleep(rng.uniform(0.15, 0.7))
             await server.kill()
             for thread in threads:
                 await asyncio.to_thread(thread.join, 20)
@@ -185,12 +190,13 @@ async def test_acknowledged_mail_survives_sigkill(crash_env: dict[str, str], tmp
             server = await ForkedServer.start(data_dir, **env)
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}", timeout=30) as http:
                 await verify(http, auth, boxes, ledger)
-        # And at the end, every round once more: later crashes took nothing of the earlier ones.
+        # And at the end, every round once more (their bytes were compared after their own
+        # restart): later crashes took nothing of the earlier ones.
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}", timeout=30) as http:
-            stored = await verify(http, auth, every_box, ledger)
+            stored = await verify(http, auth, every_box, ledger, sources=False)
         assert server.alive
     finally:
         await server.stop()
     elapsed = time.monotonic() - started
-    print(f"{ROUNDS} kills: {len(ledger.acked)} messages acknowledged, {stored} copies verified, {elapsed:.1f} s")
+    print(f"{ROUNDS} kills: {len(ledger.acked)} messages acknowledged, {stored} copies stored, {elapsed:.1f} s")
     assert len(ledger.acked) >= ROUNDS  # the load really ran

@@ -39,5 +39,6 @@ def build_asgi(services: Services) -> ASGIApp:
     # that drops the body of a POST for clients that do not follow it.
     app.router.redirect_slashes = False
     app.state.services = services
+    web.attach(app, services)
     app.state.openapi = docs.openapi_bytes(routes, base_url=services.settings.base_url)
     return ws.with_websocket(app, services)

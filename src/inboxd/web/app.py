@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
+from inboxd.auth.providers import Providers
+from inboxd.services.registry import Services
 from inboxd.web import account, mail, sign_in
 from inboxd.web.pages import SecurityHeaders
+
+
+def attach(app: Starlette, services: Services) -> None:
+    """What the pages need besides the services: the identity providers' clients."""
+    app.state.providers = Providers(services.settings)
 
 
 def routes() -> list[BaseRoute]:

@@ -1,15 +1,17 @@
-"""Signing in and out: the sign-in page, one-time sign-in links, sign-out (here or everywhere)."""
+"""Signing in and out: the sign-in page, the providers' redirects and callbacks, one-time sign-in
+links, sign-out (here or everywhere)."""
 
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from inboxd.api.public import client_ip
 from inboxd.auth import cookies
-from inboxd.auth.providers import configured
+from inboxd.auth.providers import Providers, configured
 from inboxd.model import User
+from inboxd.services.sessions import FLOW_TTL
 from inboxd.web.pages import WebCall, page, redirect, render, safe_next
 
 _REASONS = {
@@ -53,6 +55,50 @@ async def use_link(request: Request, call: WebCall) -> Response:
     return await start_session(call, user, target="/account")
 
 
+def providers_of(request: Request) -> Providers:
+    providers: Providers = request.app.state.providers
+    return providers
+
+
+@page("public")
+async def provider_start(request: Request, call: WebCall) -> Response:
+    """Send the browser to the provider. The flow's state lives in a session: the visitor's own,
+    or a new one that exists only for this sign-in."""
+    providers, key = providers_of(request), request.path_params["provider"]
+    providers.info(key)  # 404 for a provider that is not configured
+    await call.services.admission.admit_web_sign_in(client=client_ip(request))
+    opened = None
+    if call.session is None:
+        opened = await call.services.sessions.open(None)
+        call.session = opened.session
+    data: dict[str, object] = {**call.session.data, "next": safe_next(request.query_params.get("next"), "/account")}
+    request.scope["session"] = data
+    location = await providers.begin(key, request)
+    await call.services.sessions.save_data(call.session, data)
+    response = RedirectResponse(location, status_code=302)
+    if opened is not None:
+        cookies.put(response, call.services.settings, opened.value, max_age=FLOW_TTL)
+    return response
+
+
+@page("public")
+async def provider_callback(request: Request, call: WebCall) -> Response:
+    """Check the provider's answer against the flow's state, then sign in whom it vouches for."""
+    providers, key = providers_of(request), request.path_params["provider"]
+    providers.info(key)
+    await call.services.admission.admit_web_sign_in(client=client_ip(request))
+    session = call.session
+    data: dict[str, object] = dict(session.data) if session else {}
+    request.scope["session"] = data
+    try:
+        vouched = await providers.finish(key, request)
+    finally:
+        if session is not None:  # the state is spent whatever happened: a replay finds none
+            await call.services.sessions.save_data(session, data)
+    user = await call.services.sign_in.sign_in_identity(vouched)
+    return await start_session(call, user, target=safe_next(str(data.get("next") or ""), "/account"))
+
+
 async def start_session(call: WebCall, user: User, *, target: str) -> Response:
     """Sign `user` in: a new session (the old one, signed in or not, is ended) and its cookie."""
     opened = await call.services.sessions.open(user, replacing=call.session)
@@ -83,6 +129,8 @@ async def sign_out_everywhere(request: Request, call: WebCall) -> Response:
 routes = [
     Route("/", home, methods=["GET"]),
     Route("/auth/sign-in", sign_in_page, methods=["GET"]),
+    Route("/auth/{provider}/start", provider_start, methods=["GET"]),
+    Route("/auth/{provider}/callback", provider_callback, methods=["GET"]),
     Route("/auth/link/{secret}", link_page, methods=["GET"]),
     Route("/auth/link/{secret}", use_link, methods=["POST"]),
     Route("/auth/sign-out", sign_out, methods=["POST"]),
