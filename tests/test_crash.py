@@ -15,6 +15,7 @@ import hashlib
 import os
 import random
 import smtplib
+import sqlite3
 import threading
 import time
 import uuid
@@ -128,6 +129,23 @@ async def verify(
     return checked
 
 
+REFERENCES = (
+    "SELECT count(*) FROM message_sources s WHERE s.refs <> "
+    "(SELECT count(*) FROM messages m WHERE m.source_id = s.id AND m.deleted = 0) OR s.refs <= 0"
+)
+
+
+def references_hold(data_dir: Path, env: dict[str, str]) -> bool:
+    """No shared source counts its copies wrong after the crashes (no orphan, none short)."""
+    if "INBOXD_DATABASE_URL" not in env:
+        with sqlite3.connect(data_dir / "inboxd.sqlite3") as conn:
+            return int(conn.execute(REFERENCES).fetchone()[0]) == 0
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{env["INBOXD_DATABASE_SCHEMA"]}"')
+        row = conn.execute(REFERENCES).fetchone()
+        return row is not None and int(row[0]) == 0
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 async def crash_env(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, str]]:
     if request.param == "sqlite":
@@ -195,6 +213,7 @@ async def test_acknowledged_mail_survives_sigkill(crash_env: dict[str, str], tmp
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}", timeout=30) as http:
             stored = await verify(http, auth, every_box, ledger, sources=False)
         assert server.alive
+        assert references_hold(data_dir, crash_env)
     finally:
         await server.stop()
     elapsed = time.monotonic() - started

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from email.message import EmailMessage
 from email.policy import SMTP
+from functools import partial
 
+from inboxd.store import messages as message_store
 from tests.conftest import Harness, simple_message
 
 
@@ -57,6 +59,12 @@ async def test_receive_list_and_detail(harness: Harness) -> None:
         "text_body",
         "html_body",
         "attachments",
+        "to",
+        "cc",
+        "is_read",
+        "headers",
+        "codes",
+        "links",
     }
     assert d["address"] == box["address"]
     assert d["text_body"].startswith("Hallo,")
@@ -70,6 +78,55 @@ async def test_receive_list_and_detail(harness: Harness) -> None:
     # Opening it again serves the kept parse.
     again = await harness.http.get(f"/api/accounts/{box['id']}/messages/{item['id']}", headers=harness.auth())
     assert again.json() == d
+
+
+async def test_detail_codes_links_recipients_headers(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    html = '<p>Your verification code is <b>482913</b>.</p><a href="https://acme.example/verify?t=1&amp;u=2">Verify</a>'
+    raw = (
+        "From: Acme <no-reply@acme.example>\r\n"
+        f"To: =?utf-8?q?J=C3=BCrgen?= <{box['address']}>, other@example.org\r\n"
+        'Cc: "Doe, Jane" <jane@example.org>\r\n'
+        "Subject: =?utf-8?q?Best=C3=A4tigen?= your account\r\n"
+        "X-Trace: a\r\n  folded value\r\n"
+        'MIME-Version: 1.0\r\nContent-Type: multipart/alternative; boundary="b"\r\n\r\n'
+        "--b\r\nContent-Type: text/plain\r\n\r\n"
+        "Your verification code is 482 913.\r\nOr open https://acme.example/verify?t=1&u=2.\r\n"
+        f"--b\r\nContent-Type: text/html\r\n\r\n{html}\r\n--b--\r\n"
+    ).encode()
+    await harness.send(box["address"], raw)
+    [item] = (await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())).json()["messages"]
+    url = f"/api/accounts/{box['id']}/messages/{item['id']}"
+    d = (await harness.http.get(url, headers=harness.auth())).json()
+    assert d["codes"] == ["482913"]
+    assert d["links"] == [{"url": "https://acme.example/verify?t=1&u=2", "text": "Verify"}]
+    assert d["to"] == f"Jürgen <{box['address']}>, other@example.org"
+    assert d["cc"] == "Doe, Jane <jane@example.org>"
+    assert d["is_read"] is False
+    names = [name for name, _ in d["headers"]]
+    assert names[0] == "Received"  # added by inboxd on receipt
+    assert names[1:6] == ["From", "To", "Cc", "Subject", "X-Trace"]
+    assert ["Subject", "Bestätigen your account"] in d["headers"]
+    assert ["X-Trace", "a folded value"] in d["headers"]
+    await harness.http.put(url + "/read", headers=harness.auth())
+    assert (await harness.http.get(url, headers=harness.auth())).json()["is_read"] is True
+
+
+async def test_detail_kept_by_an_older_version_is_parsed_again(harness: Harness) -> None:
+    """Messages opened before codes and links existed get them on their next open."""
+    box = await harness.new_mailbox()
+    await harness.send(box["address"], simple_message(subject="Sign in", body="Your code: 774411"))
+    [item] = (await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())).json()["messages"]
+    db = harness.server._db
+    assert db is not None
+    old = '{"text_body":"Your code: 774411\\n","html_body":"","attachments":[]}'
+    await db.write(partial(message_store.save_detail, message_id=item["id"], detail=old))
+    url = f"/api/accounts/{box['id']}/messages/{item['id']}"
+    d = (await harness.http.get(url, headers=harness.auth())).json()
+    assert d["codes"] == ["774411"]
+    assert ["From", "Alice <alice@example.org>"] in d["headers"]
+    kept = await db.read(partial(message_store.detail_json, message_id=item["id"]))
+    assert kept is not None and '"v":2' in kept
 
 
 async def test_source_and_attachments(harness: Harness) -> None:

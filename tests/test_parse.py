@@ -634,3 +634,27 @@ def test_report_timings() -> None:
             function(raw)
         elapsed = (time.perf_counter() - started) / rounds * 1e6
         print(f"{function.__name__}: {elapsed:.0f} µs per call on {len(raw)} bytes")
+
+
+def test_recipients_and_headers_in_order_decoded() -> None:
+    raw = crlf(
+        "From: a@example.com\n"
+        "To: =?utf-8?q?J=C3=BCrgen?= <j@example.com>, b@example.com\n"
+        "Cc: =?iso-8859-1?q?Ren=E9?= <r@example.com>\n"
+        "Subject: =?utf-8?b?SMOpbGxv?=\n"
+        "X-Folded: one\n two\n"
+        "X-Raw: caf\u00e9\n"
+        "\nbody\n"
+    )
+    parsed = parse(raw)
+    assert parsed.to == "Jürgen <j@example.com>, b@example.com"
+    assert parsed.cc == "René <r@example.com>"
+    assert parsed.headers == (
+        ("From", "a@example.com"),
+        ("To", "Jürgen <j@example.com>, b@example.com"),
+        ("Cc", "René <r@example.com>"),
+        ("Subject", "Héllo"),
+        ("X-Folded", "one two"),
+        ("X-Raw", "café"),
+    )
+    assert parse(b"From: a@example.com\r\n\r\nx").to == ""

@@ -29,6 +29,18 @@ async def count(harness: Harness, sql: str, *args: Any) -> int:
     return int(await database(harness).read(lambda tx: tx.fetchval(sql, *args)))
 
 
+async def assert_references_hold(harness: Harness) -> None:
+    """Each source's `refs` is the number of copies not deleted that name it, and no source is
+    left that none names."""
+    wrong = await database(harness).read(
+        lambda tx: tx.fetch(
+            "SELECT s.id, s.refs, (SELECT count(*) FROM messages m WHERE m.source_id = s.id AND m.deleted = 0) "
+            "FROM message_sources s"
+        )
+    )
+    assert [(r[0], r[1], r[2]) for r in wrong if r[1] != r[2] or r[1] <= 0] == []
+
+
 async def quick_mailbox(harness: Harness, n: int) -> dict[str, Any]:
     """A mailbox created with an `auth_key`, which skips the Argon2 derivation of a password."""
     response = await harness.http.post(
@@ -65,10 +77,12 @@ async def test_one_source_for_a_hundred_recipients(harness: Harness) -> None:
     [item] = (await harness.http.get(base, headers=harness.auth())).json()["messages"]
     assert (await harness.http.delete(f"{base}/{item['id']}", headers=harness.auth())).status_code == 204
     assert await count(harness, "SELECT refs FROM message_sources") == 99
+    await assert_references_hold(harness)
     assert await source_of(boxes[1]) == first
     # Deleting a mailbox lets go of its copy too.
     assert (await harness.http.delete(f"/api/accounts/{boxes[1]['id']}", headers=harness.auth())).status_code == 204
     assert await count(harness, "SELECT refs FROM message_sources") == 98
+    await assert_references_hold(harness)
     assert await source_of(boxes[2]) == first
 
 
@@ -94,6 +108,7 @@ async def test_expired_copies_let_go_at_purge(harness: Harness) -> None:
     sweeper = harness.server._workers[0]
     await sweeper.sweep()  # expired, still within the grace: the bytes stay
     assert await count(harness, "SELECT refs FROM message_sources") == 2
+    await assert_references_hold(harness)
     harness.clock.advance(settings.expired_grace + 1)
     await sweeper.sweep()
     assert await count(harness, "SELECT count(*) FROM messages") == 0

@@ -169,6 +169,17 @@ class MessageDetail:
     text_body: str
     html_body: str
     attachments: tuple[Attachment, ...] = field(default_factory=tuple)
+    to: str = ""
+    cc: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+    codes: tuple[str, ...] = ()
+    links: tuple[Link, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    url: str
+    text: str
 
 
 @dataclass(frozen=True, slots=True)

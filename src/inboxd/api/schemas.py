@@ -172,6 +172,11 @@ class AttachmentOut(msgspec.Struct):
     size: int
 
 
+class LinkOut(msgspec.Struct):
+    url: Annotated[str, msgspec.Meta(examples=["https://app.example.com/verify?t=abc"])]
+    text: Annotated[str, msgspec.Meta(examples=["Verify your email"])]
+
+
 class MessageDetailOut(msgspec.Struct):
     id: Uuid
     sender: str
@@ -183,6 +188,24 @@ class MessageDetailOut(msgspec.Struct):
     text_body: str
     html_body: str
     attachments: list[AttachmentOut]
+    to: Annotated[str, msgspec.Meta(description="The To header's addresses, decoded, rendered as `from`.")]
+    cc: Annotated[str, msgspec.Meta(description="The Cc header's addresses, decoded, rendered as `from`.")]
+    is_read: bool
+    headers: Annotated[
+        list[tuple[str, str]],
+        msgspec.Meta(
+            description="Every top-level header in order as [name, decoded value].", examples=[[["Subject", "Hi"]]]
+        ),
+    ]
+    codes: Annotated[
+        list[str],
+        msgspec.Meta(
+            description="One-time codes in the subject and bodies, the most likely first.", examples=[["123456"]]
+        ),
+    ]
+    links: Annotated[
+        list[LinkOut], msgspec.Meta(description="The http(s) links of the HTML and text bodies, in document order.")
+    ]
 
 
 class Updated(msgspec.Struct):
@@ -427,6 +450,12 @@ def message_detail(d: MessageDetail) -> MessageDetailOut:
             AttachmentOut(index=a.index, filename=a.filename, content_type=a.content_type, size=a.size)
             for a in d.attachments
         ],
+        to=d.to,
+        cc=d.cc,
+        is_read=s.is_read,
+        headers=list(d.headers),
+        codes=list(d.codes),
+        links=[LinkOut(url=link.url, text=link.text) for link in d.links],
     )
 
 

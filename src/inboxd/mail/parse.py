@@ -70,6 +70,10 @@ class ParsedMessage:
     text_body: str
     html_body: str
     attachments: tuple[ParsedAttachment, ...]
+    # Every top-level header in order, RFC 2047 decoded and unfolded: (name as written, value).
+    headers: tuple[tuple[str, str], ...] = ()
+    to: str = ""  # rendered as `from` is: "Name <addr>, addr2"
+    cc: str = ""
 
 
 _PREVIEW_LENGTH = 100
@@ -168,13 +172,17 @@ def parse_message(raw: bytes) -> ParsedMessage:
     body likewise the first such text/html leaf; every other leaf, in document order, is an attachment.
     A message/rfc822 part is one attachment holding the nested message's bytes.
     """
-    from_ = subject = text_body = html_body = ""
+    from_ = subject = text_body = html_body = to = cc = ""
     attachments: list[ParsedAttachment] = []
+    header_list: tuple[tuple[str, str], ...] = ()
     try:
         raw = bytes(raw)
         headers, body_start = _split_entity(raw, 0, len(raw))
         from_ = _from_header(headers)
         subject = _subject_header(headers)
+        to = _address_header(headers, "to")
+        cc = _address_header(headers, "cc")
+        header_list = _decoded_headers(headers)
         have_text = have_html = False
         for leaf in _leaves(raw, headers, body_start):
             if leaf.ctype == "text/plain" and not have_text and not leaf.is_attachment():
@@ -189,7 +197,15 @@ def parse_message(raw: bytes) -> ParsedMessage:
         # Never raise: keep the fields and the attachments found before the failure.
         pass
     summary = Summary(from_=from_, subject=subject, preview_text=_preview(text_body, html_body))
-    return ParsedMessage(summary=summary, text_body=text_body, html_body=html_body, attachments=tuple(attachments))
+    return ParsedMessage(
+        summary=summary,
+        text_body=text_body,
+        html_body=html_body,
+        attachments=tuple(attachments),
+        headers=header_list,
+        to=to,
+        cc=cc,
+    )
 
 
 def html_to_text(html: str) -> str:
@@ -421,9 +437,26 @@ def _subject_header(headers: Message) -> str:
         return ""
 
 
+def _decoded_headers(headers: Message) -> tuple[tuple[str, str], ...]:
+    out = []
+    for name, value in headers.raw_items():
+        try:
+            decoded = _collapse(without_surrogates(_decode_words(str(value))))
+        except Exception:
+            decoded = _collapse(str(value))
+        out.append((name, decoded))
+    return tuple(out)
+
+
 def _from_header(headers: Message) -> str:
+    return _address_header(headers, "from")
+
+
+def _address_header(headers: Message, header: str) -> str:
+    """An address header rendered as "Name <addr>, addr2", decoded; its decoded text when it is not
+    a list of addresses; "" when absent."""
     try:
-        value = _header(headers, "from")
+        value = _header(headers, header)
     except Exception:
         return ""
     try:

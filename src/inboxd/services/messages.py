@@ -12,11 +12,13 @@ import msgspec
 
 from inboxd.errors import Gone, InvalidRequest, NotFound
 from inboxd.mail import html_view
+from inboxd.mail.codes import find_codes, find_links
 from inboxd.mail.parse import ParsedMessage, parse_message
 from inboxd.model import (
     NO_FILTER,
     Attachment,
     AttachmentContent,
+    Link,
     Mailbox,
     MessageDetail,
     MessageFilter,
@@ -30,10 +32,37 @@ MAX_MARK_IDS = 200
 OFF_LOOP_BYTES = 256 * 1024
 
 
+# The kept parse says which version of it it is; an older one is parsed again on its next open, so
+# fields added since (codes, links, headers...) appear on messages received before them.
+DETAIL_VERSION = 2
+
+
 class _StoredDetail(msgspec.Struct):
     text_body: str
     html_body: str
     attachments: list[tuple[str, str, int]]
+    v: int = 1
+    to: str = ""
+    cc: str = ""
+    headers: list[tuple[str, str]] = []
+    codes: list[str] = []
+    links: list[tuple[str, str]] = []
+
+
+def _build_detail(raw: bytes) -> _StoredDetail:
+    """The full parse and what is extracted from it; CPU-bound, run off the event loop."""
+    parsed = parse_message(raw)
+    return _StoredDetail(
+        v=DETAIL_VERSION,
+        text_body=parsed.text_body,
+        html_body=parsed.html_body,
+        attachments=[(a.filename, a.content_type, len(a.data)) for a in parsed.attachments],
+        to=parsed.to,
+        cc=parsed.cc,
+        headers=list(parsed.headers),
+        codes=find_codes(parsed.summary.subject, parsed.text_body, parsed.html_body),
+        links=[(link.url, link.text) for link in find_links(parsed.text_body, parsed.html_body)],
+    )
 
 
 _encode_detail = msgspec.json.Encoder().encode
@@ -77,16 +106,10 @@ class MessageService:
     async def detail(self, mailbox: Mailbox, message_id: str) -> MessageDetail:
         summary = await self._live(mailbox, message_id)
         cached = await self._db.read(partial(store.detail_json, message_id=summary.id))
-        if cached is None:
-            parsed = await asyncio.to_thread(parse_message, await self._raw(summary))
-            stored = _StoredDetail(
-                text_body=parsed.text_body,
-                html_body=parsed.html_body,
-                attachments=[(a.filename, a.content_type, len(a.data)) for a in parsed.attachments],
-            )
+        stored = None if cached is None else _decode_detail(cached)
+        if stored is None or stored.v < DETAIL_VERSION:
+            stored = await asyncio.to_thread(_build_detail, await self._raw(summary))
             await self._db.write(partial(store.save_detail, message_id=summary.id, detail=_encode(stored)))
-        else:
-            stored = _decode_detail(cached)
         return MessageDetail(
             summary=summary,
             address=mailbox.address,
@@ -96,6 +119,11 @@ class MessageService:
                 Attachment(index=i, filename=name, content_type=ctype, size=size)
                 for i, (name, ctype, size) in enumerate(stored.attachments)
             ),
+            to=stored.to,
+            cc=stored.cc,
+            headers=tuple((name, value) for name, value in stored.headers),
+            codes=tuple(stored.codes),
+            links=tuple(Link(url=url, text=text) for url, text in stored.links),
         )
 
     async def source(self, mailbox: Mailbox, message_id: str) -> bytes:

@@ -109,8 +109,10 @@ async def detail_json(tx: Tx, message_id: str) -> str | None:
 
 
 async def save_detail(tx: Tx, message_id: str, detail: str) -> None:
+    """Keep a message's parse; replaces a kept parse of an older version."""
     await tx.execute(
-        "INSERT INTO message_details (message_id, detail) VALUES (?, ?) ON CONFLICT (message_id) DO NOTHING",
+        "INSERT INTO message_details (message_id, detail) VALUES (?, ?) "
+        "ON CONFLICT (message_id) DO UPDATE SET detail = excluded.detail",
         message_id,
         detail,
     )

@@ -1,0 +1,508 @@
+"""One-time codes and links in a message: pure functions over its subject and decoded bodies.
+
+``find_codes`` returns the verification codes a test would type in, the most likely first;
+``find_links`` returns the http(s) links a test would follow, in document order.
+
+How codes are found: every line of the subject and the bodies (HTML rendered to lines, block
+elements breaking them) is cut into tight tokens (alphanumerics joined by ``-.,:/``). A token is a
+*candidate* when it has a code's shape: 4 to 8 digits, two groups of 3 or 4 digits joined by one
+space or dash (``123 456`` gives ``123456``), a short uppercase prefix and digits (``G-123456``), or
+6 to 10 letters and digits with at least one of each. Shapes that are something else never become
+candidates: more groups or other separators (dates, times, decimals, versions, phone numbers),
+digits next to a currency sign or ``+``/``#``, digits followed by a unit or a CJK date character,
+years (unless a code word labels them), hex colours, anything inside a URL or an e-mail address.
+
+A candidate is then scored by its context, and kept only above a threshold:
+
+* a code noun (code, OTP, PIN, passcode, Bestätigungscode, código, 验证码, 認証コード...) just before
+  it on its line, or just after it ("123456 is your code"), is the strongest sign;
+* a verb or adjective (verify, confirm, security, bestätigen, vérifier, 验证, 認証...) before it,
+  the same words on the two lines above it, in the subject or anywhere in the body add less;
+* being set apart adds: alone on its line, or the whole text of a bold, heading, ``code``, large
+  or letter-spaced element in the HTML;
+* a label that names something else (order, invoice, tracking, phone, ZIP, price, coupon... in the
+  same languages) closer to it than any code word rejects it.
+
+Mixed letter-digit candidates need more evidence than digit ones, and lowercase or mixed-case ones
+more still, because ordinary text is full of such tokens (product names, units, identifiers).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from html.parser import HTMLParser
+
+__all__ = ["Link", "find_codes", "find_links"]
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    url: str
+    text: str
+
+
+# --- links ---------------------------------------------------------------------------------------------
+
+# A URL in running text ends at whitespace or at characters that cannot be part of one in practice;
+# trailing punctuation of the sentence is trimmed afterwards.
+_TEXT_URL = re.compile(r"""https?://[^\s<>"'`\]\[{}|\\^]+""", re.IGNORECASE)
+_TRAILING = ".,;:!?)'\"»”’>*"
+_HREF_SCHEME = re.compile(r"^https?://\S", re.IGNORECASE)
+_MAX_LINKS = 500
+_MAX_LINK_TEXT = 500
+
+
+def _trim_url(url: str) -> str:
+    while url and url[-1] in _TRAILING:
+        # A closing parenthesis belongs to the URL when it balances one inside it (Wikipedia links).
+        if url[-1] == ")" and url.count("(") >= url.count(")"):
+            break
+        url = url[:-1]
+    return url
+
+
+def find_links(text_body: str, html_body: str) -> list[Link]:
+    """The http(s) links of the HTML body (anchors and bare URLs in its text), then those of the text
+    body, in document order, each URL once. A plain-text link's text is its URL."""
+    seen: set[str] = set()
+    out: list[Link] = []
+
+    def add(url: str, text: str) -> None:
+        url = url.strip()
+        if url and url not in seen and len(out) < _MAX_LINKS:
+            seen.add(url)
+            out.append(Link(url=url, text=" ".join(text.split())[:_MAX_LINK_TEXT]))
+
+    if html_body:
+        for url, text in _render_html(html_body).links:
+            add(url, text)
+    for match in _TEXT_URL.finditer(text_body):
+        url = _trim_url(match.group(0))
+        add(url, url)
+    return out
+
+
+# --- HTML rendering ------------------------------------------------------------------------------------
+
+_BLOCK_TAGS = frozenset(
+    [
+        "address",
+        "article",
+        "aside",
+        "blockquote",
+        "br",
+        "dd",
+        "div",
+        "dl",
+        "dt",
+        "footer",
+        "form",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "header",
+        "hr",
+        "li",
+        "main",
+        "nav",
+        "ol",
+        "p",
+        "pre",
+        "section",
+        "table",
+        "tbody",
+        "td",
+        "tfoot",
+        "th",
+        "thead",
+        "tr",
+        "ul",
+        "center",
+    ]
+)
+_SKIPPED_TAGS = frozenset(("script", "style", "title", "head"))
+_EMPHASIS_TAGS = frozenset(("b", "strong", "h1", "h2", "h3", "h4", "code", "kbd", "tt", "big", "samp", "mark"))
+_VOID_TAGS = frozenset(
+    ["area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"]
+)
+_FONT_SIZE = re.compile(r"font-size\s*:\s*([\d.]+)\s*(px|pt|em|rem)?", re.IGNORECASE)
+_EMPHASIS_STYLE = re.compile(r"letter-spacing|font-weight\s*:\s*(?:bold|[6-9]00)|monospace", re.IGNORECASE)
+_EMPHASIS_CLASS = re.compile(r"code|otp|pin|token", re.IGNORECASE)
+
+
+def _large(style: str) -> bool:
+    match = _FONT_SIZE.search(style)
+    if match is None:
+        return False
+    try:
+        size = float(match.group(1))
+    except ValueError:
+        return False
+    unit = (match.group(2) or "px").lower()
+    return size >= (1.3 if unit in ("em", "rem") else 18 if unit == "px" else 14)
+
+
+@dataclass(slots=True)
+class _Rendered:
+    text: str
+    emphasised: set[str]
+    links: list[tuple[str, str]]
+
+
+class _Renderer(HTMLParser):
+    """HTML to lines of text, plus the texts of emphasised elements and the anchors' URLs and texts."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.emphasised: set[str] = set()
+        self.links: list[tuple[str, str]] = []
+        self._skipping: str | None = None
+        # Open elements: (tag, emphasised, start index in parts).
+        self._stack: list[tuple[str, bool, int]] = []
+        self._anchor: tuple[str, int] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self._skipping is not None:
+            return
+        if tag in _SKIPPED_TAGS:
+            self._skipping = tag
+            return
+        if tag in _BLOCK_TAGS:
+            self.parts.append("\n")
+        values = {name: value or "" for name, value in attrs}
+        if tag in ("a", "area"):
+            href = values.get("href", "").strip()
+            if _HREF_SCHEME.match(href):
+                if tag == "area":
+                    self.links.append((href, values.get("alt", "")))
+                else:
+                    self._close_anchor()
+                    self._anchor = (href, len(self.parts))
+        if tag in _VOID_TAGS:
+            return
+        style = values.get("style", "")
+        emphasis = (
+            tag in _EMPHASIS_TAGS
+            or _large(style)
+            or bool(_EMPHASIS_STYLE.search(style))
+            or bool(_EMPHASIS_CLASS.search(values.get("class", "")))
+        )
+        self._stack.append((tag, emphasis, len(self.parts)))
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self._skipping is None and tag in _BLOCK_TAGS:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._skipping is not None:
+            if tag == self._skipping:
+                self._skipping = None
+            return
+        if tag == "a":
+            self._close_anchor()
+        for depth in range(len(self._stack) - 1, -1, -1):
+            if self._stack[depth][0] == tag:
+                for _, emphasis, start in self._stack[depth:]:
+                    if emphasis:
+                        text = " ".join("".join(self.parts[start:]).split())
+                        if 0 < len(text) <= 40:
+                            self.emphasised.add(text)
+                del self._stack[depth:]
+                break
+        if tag in _BLOCK_TAGS:
+            self.parts.append("\n")
+
+    def handle_data(self, data: str) -> None:
+        if self._skipping is None:
+            self.parts.append(data)
+
+    def _close_anchor(self) -> None:
+        if self._anchor is not None:
+            href, start = self._anchor
+            self.links.append((href, "".join(self.parts[start:])))
+            self._anchor = None
+
+
+_MAX_HTML = 512 * 1024
+
+
+def _render_html(html: str) -> _Rendered:
+    renderer = _Renderer()
+    try:
+        renderer.feed(html[:_MAX_HTML])
+        renderer.goahead(True)
+    except Exception:
+        # html.parser raises AssertionError on some malformed declarations: keep what was read.
+        pass
+    renderer._close_anchor()
+    text = "".join(renderer.parts)
+    links = list(renderer.links)
+    # Bare URLs in the rendered text are links too, after the anchors that precede them.
+    anchored = {url for url, _ in links}
+    for match in _TEXT_URL.finditer(text):
+        url = _trim_url(match.group(0))
+        if url not in anchored:
+            anchored.add(url)
+            links.append((url, url))
+    return _Rendered(text=text, emphasised=renderer.emphasised, links=links)
+
+
+# --- codes: context words ------------------------------------------------------------------------------
+
+# Words that name a one-time code. Compound languages put "code" at the end of a word
+# (Bestätigungscode), so "code" needs no boundary on its left; the negatives below catch
+# zipcode, barcode and promo codes.
+_NOUNS = re.compile(
+    r"code\b|codes\b|\botp\b|\bpin\b|\bpins\b|passcode|pass code|one[- ]time|\btan\b|"
+    r"password|passwort|kennwort|einmal|mot de passe|usage unique|código|codigo|clave|contraseña|"
+    r"un solo uso|senha|uso único|"
+    r"验证码|驗證碼|校验码|校驗碼|动态码|動態碼|确认码|確認碼|安全码|安全碼|代码|代碼|口令|密码|密碼|"
+    r"コード|認証番号|確認番号|暗証番号|ワンタイム|パスコード|パスワード",
+    re.IGNORECASE,
+)
+_VERBS = re.compile(
+    r"\bverif|\bconfirm|\bsecurity\b|\bauthenticat|\b2fa\b|\bmfa\b|\blog ?in\b|\bsign[- ]?in\b|\bsignin\b|"
+    r"\bbestätig|\bverifizier|\bsicherheit|\banmeld|\bauthentifizier|"
+    r"\bvérif|\bconfirm|\bsécurité|\bconnexion|\bauthentifi|"
+    r"\bverifica|\bconfirma|\bseguridad|\bsegurança|\bautentica|\biniciar sesión|\bacesso|\bacceso|"
+    r"验证|驗證|认证|認證|确认|確認|登录|登錄|安全|認証|ログイン|本人確認",
+    re.IGNORECASE,
+)
+# Labels of numbers that are not codes.
+_NEGATIVES = re.compile(
+    r"\border|\binvoice|\breceipt|\bref\b|\bref\.|\breference|\btracking|\bshipment|\bparcel|\bpackage|"
+    r"\baccount (?:no|number|#)|\bacct|\bcustomer|\bmember|\bticket|\bcase\b|\bbooking|\breservation|"
+    r"\bflight|\bpnr\b|\bseat\b|\broom\b|\bsuite\b|\bapt\b|\bunit\b|\bfloor\b|\bgate\b|\bserial|\bmodel\b|"
+    r"\bending in\b|\bendet auf\b|\bsku\b|\bitem\b|\bproduct|\bversion\b|\bbuild\b|\brelease\b|\bissue\b|\bpr\b|"
+    r"\bpull request|\bcommit|"
+    r"\bphone|\btel\b|\btel\.|\btelephone|\bcall\b|\bfax\b|\bmobile\b|\bwhatsapp|\bhotline|"
+    r"\bzip|\bpostal|\bpostcode|\bplz\b|\bcep\b|code postal|código postal|"
+    r"\bprice|\btotal|\bamount|\bsubtotal|\bbalance|\bpaid\b|\bcost|\bfee\b|\busd\b|\beur\b|\bgbp\b|"
+    r"\bpromo|\bcoupon|\bdiscount|\bvoucher|\bgift|\bsave\b|\bcheckout|\breferral|"
+    r"\bno\.|\bnr\.|\bnr\b|\bn°|\bnº|\bnúmero de (?:pedido|cliente|seguimiento)|\bid\b|"
+    r"bestell|\bauftrag|rechnung|kundennummer|\bsendung|gutschein|rabatt|\btelefon|"
+    r"\bcommande|\bfacture|\bnuméro de client|\bréduction|\bremise|\btéléphone|"
+    r"\bpedido|\bfactura|\bfatura|\bnota fiscal|\bcupón|\bcupom|\bdescuento|\bdesconto|\bteléfono|\btelefone|"
+    r"订单|訂單|发票|發票|运单|運單|快递|快遞|优惠|優惠|折扣|电话|電話|邮编|郵編|"
+    r"注文|請求|領収|伝票|お問い合わせ番号|クーポン|割引|郵便番号|〒",
+    re.IGNORECASE,
+)
+
+# --- codes: shapes -------------------------------------------------------------------------------------
+
+# Words of a sale: a line that has them offers a promotion code, never a one-time code.
+_PROMOTION = re.compile(
+    r"\bpromo|\bcoupon|\bdiscount|\bvoucher|\bcheckout|% off\b|gutschein|rabatt|\bcupón|\bcupom|"
+    r"\bdescuento|\bdesconto|\bréduction|\bremise|优惠|優惠|折扣|クーポン|割引",
+    re.IGNORECASE,
+)
+_URLISH = re.compile(
+    # Bounded runs: a run of letters without the expected "@" or "." would otherwise be rescanned
+    # from each of its positions.
+    r"""(?:https?://|www\.)[^\s<>"']+|[\w.+-]{1,64}@[\w-]{1,63}(?:\.[\w-]{1,63})+|"""
+    r"""\b[\w-]{1,63}(?:\.[\w-]{1,63}){0,8}\.(?:com|org|net|io|de|fr|es|jp|cn)/\S*""",
+    re.IGNORECASE,
+)
+# A tight token: ASCII letters and digits, groups joined by single separators.
+_TOKEN = re.compile(r"[A-Za-z0-9]+(?:[-.,:/'][A-Za-z0-9]+)*")
+_SEPARATORS = re.compile(r"[-.,:/']")
+# Two digit groups joined by one space; the caller checks the groups around it.
+_SPACED = re.compile(r"(?<![A-Za-z0-9])(\d{3,4})[ \u00a0](\d{3,4})(?![A-Za-z0-9])")
+_DIGITS = re.compile(r"\d{4,8}")
+_PREFIXED = re.compile(r"([A-Z]{1,3})-(\d{4,8})")
+_MIXED = re.compile(r"(?=[A-Za-z0-9]*[A-Za-z])(?=[A-Za-z0-9]*\d)[A-Za-z0-9]{6,10}")
+_UNIT_SUFFIX = re.compile(r"\d+(?:[a-z]{1,4}|[A-Z]{1,3}[a-z]?)")  # 1500px, 100GB, 4096MiB
+_HEX = re.compile(r"[0-9A-Fa-f]{6}|[0-9A-Fa-f]{8}")
+_YEAR = re.compile(r"(?:19|20)\d\d")
+# Characters that make the adjacent number a price, a quantity, a date part or part of an identifier.
+_BAD_BEFORE = frozenset("#$€£¥￥₹₩+@&=?%_\\~^")
+_BAD_AFTER_DIGITS = re.compile(
+    r"^\s?(?:%|€|\$|£|¥|円|元|块|年|月|日|時|时|分|秒|号|號|件|個|个|人|回|歳|点|kr\b|eur\b|usd\b|"
+    r"[kKmMgG]?[bB]\b|px\b|pt\b|km\b|kg\b|mg\b|ml\b|mi\b|points?\b|pts\b|miles?\b|words?\b|views?\b|"
+    r"followers?\b|users?\b|members?\b|people\b|items?\b|times?\b|days?\b|hours?\b|minutes?\b|seconds?\b)",
+    re.IGNORECASE,
+)
+_MAX_CODE_TEXT = 256 * 1024
+_SET_APART_TRIM = " \t\u00a0:：.。!！*\"'“”«»「」【】[]()"
+
+
+@dataclass(slots=True)
+class _Candidate:
+    code: str
+    digits: bool
+    upper: bool
+    local: int  # evidence around the candidate
+    order: int
+
+
+def _shape(token: str) -> tuple[str, bool] | None:
+    """The code a token stands for and whether it is all digits; None when it has no code's shape."""
+    if _DIGITS.fullmatch(token):
+        return token, True
+    if _MIXED.fullmatch(token):
+        if _UNIT_SUFFIX.fullmatch(token) or token.isalpha():
+            return None
+        return token, False
+    if "-" in token and len(_SEPARATORS.findall(token)) == 1:
+        left, right = token.split("-")
+        if left.isdigit() and right.isdigit() and 3 <= len(left) <= 4 and 3 <= len(right) <= 4:
+            return left + right, True
+        prefixed = _PREFIXED.fullmatch(token)
+        if prefixed:
+            return prefixed.group(2), True
+        joined = left + right
+        word_number = (left.isalpha() and right.isdigit()) or (left.isdigit() and right.isalpha())
+        if joined.isupper() and _MIXED.fullmatch(joined) and not word_number:  # ZXK-7QF, not ISO-8601
+            return joined, False
+    return None
+
+
+@dataclass(slots=True)
+class _Context:
+    """What a message says outside the candidate's line."""
+
+    subject_has_word: bool
+    body_has_word: bool
+    emphasised: set[str]
+
+
+def _last(pattern: re.Pattern[str], text: str) -> int:
+    """End of the last match of ``pattern`` in ``text``; -1 when none."""
+    end = -1
+    for match in pattern.finditer(text):
+        end = match.end()
+    return end
+
+
+def _score(lines: list[str], index: int, start: int, end: int, raw: str, ctx: _Context, *, digits: bool) -> int | None:
+    """The evidence around the candidate ``raw`` at ``lines[index][start:end]`` that it is a code
+    (its line, the two lines above, emphasis); None rejects it."""
+    line = lines[index]
+    before = line[max(0, start - 80) : start]
+    after = line[end : end + 50]
+    if before and before[-1] in _BAD_BEFORE:
+        return None
+    if before.endswith(("-", "/", ".", ",")) and before[-2:-1].isalnum():
+        return None
+    if digits and _BAD_AFTER_DIGITS.match(after):
+        return None
+    noun_before = _last(_NOUNS, before)
+    verb_before = _last(_VERBS, before)
+    negative = _last(_NEGATIVES, before)
+    if negative >= 0 and negative > max(noun_before, verb_before):
+        return None
+    if _PROMOTION.search(line):
+        return None
+    head = after[:45]
+    if negative < 0 and _NEGATIVES.search(head[:20]) and not _NOUNS.search(head):
+        return None
+    if digits and "-" in raw and all(_YEAR.fullmatch(part) for part in raw.split("-")):
+        return None  # 1999-2024
+    if digits and _YEAR.fullmatch(raw) and not (0 <= len(before) - noun_before <= 20 and noun_before >= 0):
+        return None
+    score = 0
+    if noun_before >= 0:
+        score += 3
+    elif verb_before >= 0:
+        score += 2
+    noun_after, verb_after, negative_after = _NOUNS.search(head), _VERBS.search(head), _NEGATIVES.search(head)
+    # "482913 is your code", but not "75008 (code postal)".
+    if noun_after and (negative_after is None or negative_after.start() > noun_after.start()):
+        score = max(score, 3)
+    elif verb_after:
+        score += 1
+    above = [text for text in lines[max(0, index - 3) : index] if text.strip()][-2:]
+    above_text = " ".join(above)
+    if above_text and (_NOUNS.search(above_text) or _VERBS.search(above_text)):
+        if _NEGATIVES.search(above_text) and not _NOUNS.search(above_text):
+            score -= 2
+        else:
+            score += 2
+    elif above_text and noun_before < 0 and _NEGATIVES.search(above_text[-60:]):
+        score -= 2
+    alone = line.strip(_SET_APART_TRIM) == raw
+    if alone or raw in ctx.emphasised or raw.replace(" ", "") in ctx.emphasised:
+        score += 2
+    return score
+
+
+def _candidates_in(lines: list[str], ctx: _Context, found: dict[str, _Candidate], order: list[int]) -> None:
+    for index, original in enumerate(lines):
+        line = _URLISH.sub(lambda m: " " * len(m.group(0)), original)
+        taken: list[tuple[int, int]] = []
+        for match in _SPACED.finditer(line):
+            start, end = match.span()
+            before, after = line[max(0, start - 2) : start], line[end : end + 2]
+            # A third group on either side makes it a phone number or a list of numbers.
+            if re.search(r"[\d)][ \u00a0-]?$", before) or re.match(r"[ \u00a0-]?[\d(]", after):
+                taken.append((start, end))
+                continue
+            if re.search(r"[-.,:/+]$", before) or re.match(r"[-.,:/][\d]", after):
+                taken.append((start, end))
+                continue
+            code = match.group(1) + match.group(2)
+            if len(code) > 8:
+                continue
+            taken.append((start, end))
+            score = _score(lines, index, start, end, match.group(0), ctx, digits=True)
+            _keep(found, order, code, score, digits=True)
+        for match in _TOKEN.finditer(line):
+            start, end = match.span()
+            if any(s <= start < e for s, e in taken):
+                continue
+            shape = _shape(match.group(0))
+            if shape is None:
+                continue
+            code, digits = shape
+            if not digits and (_HEX.fullmatch(code) and line[max(0, start - 1) : start] == "#"):
+                continue
+            score = _score(lines, index, start, end, match.group(0), ctx, digits=digits)
+            _keep(found, order, code, score, digits=digits)
+
+
+def _keep(found: dict[str, _Candidate], order: list[int], code: str, score: int | None, *, digits: bool) -> None:
+    if score is None:
+        return
+    known = found.get(code)
+    if known is None:
+        found[code] = _Candidate(code, digits, code.upper() == code, score, order[0])
+        order[0] += 1
+    elif score > known.local:
+        known.local = score
+
+
+def _accepted(c: _Candidate, message_score: int) -> bool:
+    """Evidence around a candidate is required; words elsewhere in the message only add to it."""
+    if c.digits:
+        return c.local >= 3
+    if c.upper:
+        return c.local >= 4 or (c.local >= 3 and c.local + message_score >= 5)
+    return c.local >= 4 and c.local + message_score >= 6
+
+
+def find_codes(subject: str, text_body: str, html_body: str) -> list[str]:
+    """The one-time codes in a message, the most likely first; [] when it has none."""
+    # Codes sit near the top of a message; the cap bounds the work a huge body asks for.
+    text_body = text_body[:_MAX_CODE_TEXT]
+    rendered = _render_html(html_body) if html_body else None
+    html_text = rendered.text[:_MAX_CODE_TEXT] if rendered is not None else ""
+    body_text = text_body + "\n" + html_text
+    ctx = _Context(
+        subject_has_word=bool(_NOUNS.search(subject) or _VERBS.search(subject)),
+        body_has_word=bool(_NOUNS.search(body_text) or _VERBS.search(body_text)),
+        emphasised=rendered.emphasised if rendered is not None else set(),
+    )
+    found: dict[str, _Candidate] = {}
+    order = [0]
+    _candidates_in([subject], ctx, found, order)
+    _candidates_in(text_body.splitlines(), ctx, found, order)
+    if html_text:
+        _candidates_in(html_text.splitlines(), ctx, found, order)
+    message_score = int(ctx.subject_has_word) + int(ctx.body_has_word)
+    ranked = sorted((c for c in found.values() if _accepted(c, message_score)), key=lambda c: (-c.local, c.order))
+    return [c.code for c in ranked]
