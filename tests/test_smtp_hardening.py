@@ -256,23 +256,29 @@ def send_stuffed(port: int, to: str, stuffed: bytes) -> str:
         return cmd(b".\r\n")
 
 
-async def test_eight_big_messages_at_once_stay_near_their_size_in_memory(child: Any) -> None:
+async def test_big_messages_cost_a_bounded_number_of_copies_in_memory(child: Any) -> None:
     server = await child(INBOXD_PRO_MAILBOX_QUOTA=str(4 << 30))
     assert server.bootstrap_token is not None
     box = await new_mailbox(server.http_port, server.bootstrap_token, "big")
-    messages = [big_message(24 * MiB, seed) for seed in range(8)]
+    messages = [big_message(24 * MiB, seed) for seed in range(9)]
     await timed_send(server.smtp_port, box["address"])
     pid = server.proc.pid
-    base = _status(pid, "VmRSS")
-    _reset_peak(pid)
-    replies = await asyncio.gather(
-        *(asyncio.to_thread(send_stuffed, server.smtp_port, box["address"], m) for m in messages)
-    )
-    assert all(r.startswith("250") for r in replies), replies
-    peak = _status(pid, "VmHWM") - base
-    print(f"\n8 x 24 MiB at once: base {base / MiB:.0f} MiB, peak {peak / MiB:.0f} MiB above it")
-    # The messages themselves are 192 MiB; about one more copy of each is allowed for.
-    assert peak < 8 * 24 * MiB * 2.2, f"peak {peak / MiB:.0f} MiB above the resting {base / MiB:.0f} MiB"
+
+    async def peak_above_rest(batch: list[bytes]) -> int:
+        rest = _status(pid, "VmRSS")
+        _reset_peak(pid)
+        sent = [asyncio.to_thread(send_stuffed, server.smtp_port, box["address"], m) for m in batch]
+        assert all(r.startswith("250") for r in await asyncio.gather(*sent))
+        return _status(pid, "VmHWM") - rest
+
+    # One message: the chunks received, their join, the compressed copy, the database's copy and the
+    # search indexer's parse; no longer several copies of it on the event loop.
+    one = await peak_above_rest(messages[:1])
+    # Eight at once: each holds its chunks while the big ones are finished one at a time.
+    eight = await peak_above_rest(messages[1:])
+    print(f"\n24 MiB messages, peak resident above rest: one {one / MiB:.0f} MiB, eight at once {eight / MiB:.0f} MiB")
+    assert one < 24 * MiB * 4.5, f"one 24 MiB message took {one / MiB:.0f} MiB"
+    assert eight < 8 * 24 * MiB * 2.5, f"eight 24 MiB messages took {eight / MiB:.0f} MiB"
 
 
 _SENDER = """
