@@ -54,7 +54,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     submission_opts.add_argument(
         "--submission-connections", type=_csv_ints, default=submission.DEFAULT_CONNECTIONS, help="sandbox runs"
     )
-    submission_opts.add_argument("--submission-messages", type=int, default=3000, help="messages per sandbox run")
+    submission_opts.add_argument("--submission-messages", type=int, default=2000, help="messages per sandbox run")
 
     api_opts = argparse.ArgumentParser(add_help=False)
     api_opts.add_argument("--fill", type=int, default=10000, help="messages in the mailbox")

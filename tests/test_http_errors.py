@@ -133,3 +133,53 @@ async def test_unexpected_fault_is_500_and_keeps_the_connection(harness: Harness
         (500, expected),
         (200, {"status": "ok"}),
     ]
+
+
+# Every route that reads a JSON body, with a body whose string field holds a byte that is not
+# UTF-8. `test_every_body_route_is_listed` keeps this list complete as routes are added.
+_BAD_UTF8 = {
+    ("POST", "/api/token"): b'{"address":"\xff@{domain}","password":"x"}',
+    ("POST", "/api/accounts"): b'{"address":"\xff@{domain}","password":"secret123"}',
+    ("PUT", "/api/accounts/{mailbox}/reset-password"): b'{"password":"\xff\xfe secret"}',
+    ("PUT", "/api/accounts/{mailbox}/messages/read"): b'{"ids":["\xc3\x28"]}',
+    ("PUT", "/api/user/accounts/{id}/reset-password"): b'{"password":"abc\xed\xa0\x80def"}',
+    ("POST", "/api/user/domains"): b'{"domain":"\xff.example.org"}',
+    ("POST", "/api/user/tokens"): b'{"name":"\x80"}',
+    ("POST", "/api/user/webhooks"): b'{"url":"https://\xff.example.org/","events":["message.received"]}',
+}
+# Routes with a body-taking method that read no body: what they are sent is ignored.
+_NO_BODY = {
+    ("PUT", "/api/accounts/{mailbox}/messages/{id}/read"),
+    ("POST", "/api/user/domains/{id}/verify"),
+    ("POST", "/api/user/webhooks/{id}/rotate"),
+}
+
+
+def test_every_body_route_is_listed(backend: str) -> None:
+    from starlette.routing import Route
+
+    from inboxd.api import accounts, messages, public, user, webhooks
+
+    routes = [*public.routes, *messages.routes, *accounts.routes, *user.routes, *webhooks.routes]
+    taking = {
+        (method, r.path)
+        for r in routes
+        if isinstance(r, Route)
+        for method in r.methods or ()
+        if method in {"POST", "PUT", "PATCH"}
+    }
+    assert taking == set(_BAD_UTF8) | _NO_BODY
+
+
+@pytest.mark.parametrize(("method", "path"), sorted(_BAD_UTF8))
+async def test_invalid_utf8_in_a_json_string_is_400(harness: Harness, method: str, path: str) -> None:
+    token = await harness.new_user(plan="pro")
+    box = await harness.new_mailbox(token)
+    await harness.send(box["address"])
+    concrete = path.replace("{mailbox}", box["address"]).replace("{id}", box["id"])
+    body = _BAD_UTF8[(method, path)].replace(b"{domain}", harness.domain.encode())
+    response = await harness.http.request(
+        method, concrete, content=body, headers={**harness.auth(token), "Content-Type": "application/json"}
+    )
+    assert response.status_code == 400, response.text
+    assert response.json() == {"error": "invalid_request", "message": "Malformed JSON: the body is not valid UTF-8."}

@@ -248,41 +248,82 @@ async def test_failed_sign_ins_per_address(limiter_factory: tuple[MakeLimiter, F
     make, clock, _ = limiter_factory
     limiter = await make()
     for n in range(10):
-        await limiter.check_sign_in("Box@x.test", client=f"10.0.0.{n}")
-        await limiter.sign_in_failed("box@x.test", client=f"10.0.0.{n}")
+        await limiter.reserve_sign_in("Box@x.test", client=f"10.0.0.{n}")  # left in: a wrong secret
         clock.advance(1)
     with pytest.raises(RateLimited) as caught:
-        await limiter.check_sign_in("box@x.test", client="10.0.1.1")
+        await limiter.reserve_sign_in("box@x.test", client="10.0.1.1")
     assert caught.value.code == "rate_limit_exceeded"
     assert caught.value.retry_after == pytest.approx(590.0)
-    await limiter.check_sign_in("other@x.test", client="10.0.1.1")
+    await limiter.reserve_sign_in("other@x.test", client="10.0.1.1")
     clock.advance(590)  # the first failure leaves the window
-    await limiter.check_sign_in("box@x.test", client="10.0.1.1")
+    await limiter.reserve_sign_in("box@x.test", client="10.0.1.1")
 
 
 async def test_failed_sign_ins_per_ip(limiter_factory: tuple[MakeLimiter, FrozenClock, Database]) -> None:
     make, clock, _ = limiter_factory
     limiter = await make()
-    for n in range(10):
-        await limiter.sign_in_failed(f"box{n}@x.test", client="10.0.0.1")
+    attempts = [await limiter.reserve_sign_in(f"box{n}@x.test", client="10.0.0.1") for n in range(9)]
+    last = await limiter.reserve_sign_in("box9@x.test", client="10.0.0.1")
     with pytest.raises(RateLimited):
-        await limiter.check_sign_in("fresh@x.test", client="10.0.0.1")
-    await limiter.check_sign_in("fresh@x.test", client="10.0.0.2")
-    # A success clears the address's failures, not the IP's.
-    await limiter.sign_in_succeeded("box0@x.test", client="10.0.0.1")
+        await limiter.reserve_sign_in("fresh@x.test", client="10.0.0.1")
+    await limiter.reserve_sign_in("fresh@x.test", client="10.0.0.2")
+    # A success takes back its own attempt and clears the address's failures, not the IP's.
+    await limiter.sign_in_succeeded(last)
+    await limiter.reserve_sign_in("box0@x.test", client="10.0.0.1")
     with pytest.raises(RateLimited):
-        await limiter.check_sign_in("box0@x.test", client="10.0.0.1")
+        await limiter.reserve_sign_in("box0@x.test", client="10.0.0.1")
+    # An attempt taken back (not a wrong secret) frees its place.
+    await limiter.release_sign_in(attempts[0])
+    await limiter.reserve_sign_in("fresh@x.test", client="10.0.0.1")
     clock.advance(600)
-    await limiter.check_sign_in("fresh@x.test", client="10.0.0.1")
+    await limiter.reserve_sign_in("fresh@x.test", client="10.0.0.1")
 
 
 async def test_success_clears_the_address(limiter_factory: tuple[MakeLimiter, FrozenClock, Database]) -> None:
     make, _, _ = limiter_factory
     limiter = await make()
-    for n in range(10):
-        await limiter.sign_in_failed("box@x.test", client=f"10.0.0.{n}")
-    await limiter.sign_in_succeeded("box@x.test", client="10.0.0.99")
-    await limiter.check_sign_in("box@x.test", client="10.0.0.99")
+    for n in range(9):
+        await limiter.reserve_sign_in("box@x.test", client=f"10.0.0.{n}")
+    await limiter.sign_in_succeeded(await limiter.reserve_sign_in("box@x.test", client="10.0.0.99"))
+    for _ in range(10):
+        await limiter.reserve_sign_in("box@x.test", client="10.0.0.98")
+
+
+async def test_concurrent_sign_ins_reserve_atomically(
+    limiter_factory: tuple[MakeLimiter, FrozenClock, Database],
+) -> None:
+    make, _, _ = limiter_factory
+    first, second = await make(), await make()  # two processes on one back end (memory: each its own)
+    results = await asyncio.gather(
+        *(limiter.reserve_sign_in("box@x.test", client="10.0.0.1") for limiter in [first] * 50 + [second] * 50),
+        return_exceptions=True,
+    )
+    passed = [r for r in results if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, RateLimited)]
+    shared = isinstance(first._counters, RedisCounters)
+    assert len(passed) == (10 if shared else 20) and len(passed) + len(refused) == 100
+
+
+async def test_a_refused_creation_gives_its_interval_back(
+    limiter_factory: tuple[MakeLimiter, FrozenClock, Database],
+) -> None:
+    make, clock, _ = limiter_factory
+    limiter, user = await make(free_rps=1000.0), a_user("free")
+    refused = await limiter.admit(user, creates_mailbox=True)
+    assert refused.creation is not None
+    await limiter.creation_failed(user, refused)
+    created = await limiter.admit(user, creates_mailbox=True)
+    with pytest.raises(RateLimited):
+        await limiter.admit(user, creates_mailbox=True)
+    clock.advance(8)
+    later = await limiter.admit(user, creates_mailbox=True)
+    # Giving back a stamp that was replaced since leaves the newer one alone.
+    await limiter.creation_failed(user, created)
+    with pytest.raises(RateLimited):
+        await limiter.admit(user, creates_mailbox=True)
+    await limiter.creation_failed(user, later)
+    await limiter.admit(user, creates_mailbox=True)
+    assert (await limiter.admit(user, creates_mailbox=False)).creation is None
 
 
 async def test_public_reads_per_ip(limiter_factory: tuple[MakeLimiter, FrozenClock, Database]) -> None:

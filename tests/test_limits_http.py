@@ -19,7 +19,7 @@ import pytest
 
 from inboxd.app import Inboxd
 from inboxd.model import User
-from tests.conftest import Clock
+from tests.conftest import REDIS_URL, Clock
 from tests.test_limits import REAL
 
 Start = Callable[..., Awaitable[tuple[Inboxd, httpx.AsyncClient]]]
@@ -247,3 +247,58 @@ async def test_default_public_limit_is_generous(start: Start) -> None:
     _, http = await start()
     for _ in range(30):
         assert (await http.get("/api/domains")).status_code == 200
+
+
+@pytest.fixture(params=["memory", "redis"])
+def limiter_store(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Settings for the limiter's counters: this process's memory, or the Redis on this machine."""
+    return {"redis_url": REDIS_URL} if request.param == "redis" else {}
+
+
+async def test_refused_creations_answer_their_own_error_and_leave_the_interval(
+    start: Start, clock: Clock, limiter_store: dict[str, Any]
+) -> None:
+    server, http = await start(free_rps=1000.0, **limiter_store)
+    auth = await token_for(server, "free")
+    taken = new_account()
+    assert (await http.post("/api/accounts", json=taken, headers=auth)).status_code == 201
+    json_type = {**auth, "Content-Type": "application/json"}
+    bad: list[tuple[dict[str, Any], int, str]] = [
+        ({"content": b'{"address": '}, 400, "invalid_request"),
+        ({"content": b'{"address": "' + b"a" * (2 << 20) + b'"}'}, 413, "payload_too_large"),
+        ({"json": {"address": 5, "password": "secret123"}}, 400, "invalid_request"),
+        ({"json": {"address": "not an address", "password": "secret123"}}, 400, "invalid_address"),
+        ({"json": {"address": "x@nowhere.invalid", "password": "secret123"}}, 400, "invalid_domain"),
+        ({"json": {**new_account(), "password": "short"}}, 400, "password_too_short"),
+        ({"json": taken}, 409, "address_taken"),
+    ]
+
+    async def refuse_all() -> None:
+        for kwargs, status, code in bad:
+            answer = await http.post("/api/accounts", headers=json_type, **kwargs)
+            assert (answer.status_code, answer.json()["error"]) == (status, code), kwargs
+            assert answer.headers["X-Ops-Limit"] == "500"  # limited and counted all the same
+
+    # Within the interval of the creation above, each bad request still gets its own answer.
+    await refuse_all()
+    assert (await http.post("/api/accounts", json=new_account(), headers=auth)).status_code == 429
+    clock.advance(8)
+    # Refused requests start no interval: a good one right after them is created.
+    await refuse_all()
+    assert (await http.post("/api/accounts", json=new_account(), headers=auth)).status_code == 201
+    assert (await http.post("/api/accounts", json=new_account(), headers=auth)).status_code == 429
+
+
+async def test_concurrent_wrong_passwords_stop_at_the_limit(start: Start, limiter_store: dict[str, Any]) -> None:
+    server, http = await start(**limiter_store)
+    auth = await token_for(server, "pro")
+    account = new_account()
+    assert (await http.post("/api/accounts", json=account, headers=auth)).status_code == 201
+    wrong = {"address": account["address"], "password": "wrongpass"}
+    answers = await asyncio.gather(*(http.post("/api/token", json=wrong) for _ in range(100)))
+    codes = sorted(a.status_code for a in answers)
+    assert set(codes) <= {401, 429}, codes
+    assert codes.count(401) <= 10 and codes.count(429) >= 90, codes
+    # The right password is refused too now: the address has used up its tries.
+    right = await http.post("/api/token", json=account)
+    assert right.status_code == 429

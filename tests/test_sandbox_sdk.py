@@ -7,16 +7,21 @@ import asyncio
 import json
 import smtplib
 from email.message import EmailMessage
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from mailtd import MailTD
 from mailtd.client import APIError
 
-from tests.conftest import Harness
+from inboxd.app import Inboxd
+from tests.conftest import Clock, Harness
+from tests.webhook_receiver import Receiver
 from tests.wsclient import authed
 
-pytestmark = pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+# The end to end run is on both back ends; the rest on SQLite.
+sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
 PDF = b"%PDF-1.4 not really a pdf\x00\x01\x02"
 
@@ -93,6 +98,7 @@ async def test_sdk_sandbox_end_to_end(harness: Harness) -> None:
     assert out["purged"] == 3 and out["after_purge"] == []
 
 
+@sqlite_only
 async def test_sdk_fields_beyond_the_sdk_types(harness: Harness) -> None:
     """`recipients`, `to`, `cc`, `bcc` are in the JSON (the SDK's dataclasses keep only theirs)."""
     token = await harness.new_user("pro")
@@ -130,6 +136,7 @@ def sdk_errors(base_url: str, free: str, mailbox_token: str) -> list[tuple[int, 
     return found
 
 
+@sqlite_only
 async def test_sdk_errors_as_other_user_paths(harness: Harness) -> None:
     free = await harness.new_user("free")
     box = await harness.new_mailbox()
@@ -143,6 +150,7 @@ async def test_sdk_errors_as_other_user_paths(harness: Harness) -> None:
     assert response.status_code == 400
 
 
+@sqlite_only
 async def test_capture_is_live_on_the_websocket(harness: Harness) -> None:
     token = await harness.new_user("pro")
     user = (await harness.http.get("/api/user/me", headers=harness.auth(token))).json()
@@ -161,3 +169,37 @@ async def test_capture_is_live_on_the_websocket(harness: Harness) -> None:
     assert frame["type"] == "new_email"
     assert frame["subject"] == "live"
     assert (frame["account_id"], frame["address"]) == (info["account_id"], info["address"])
+
+
+@sqlite_only
+async def test_capture_raises_the_email_received_webhook(make_settings: Any, clock: Clock, tmp_path: Path) -> None:
+    receiver = Receiver.create(tmp_path)
+    await receiver.start()
+    settings = make_settings(
+        webhook_ca_file=str(receiver.ca_path), webhook_allow_private=True, webhook_poll_interval=0.05
+    )
+    try:
+        async with Inboxd(settings, clock=clock) as server:
+            token = server.bootstrap_token
+            assert token is not None
+            headers = {"Authorization": f"Bearer {token}"}
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}", timeout=30) as http:
+                hook = await http.post(
+                    "/api/user/webhooks", json={"url": receiver.url(), "events": ["email.received"]}, headers=headers
+                )
+                assert hook.status_code == 201, hook.text
+                info = (await http.get("/api/user/sandbox", headers=headers)).json()
+
+                def send() -> None:
+                    with smtplib.SMTP("127.0.0.1", info["smtp_port"], timeout=30) as smtp:
+                        smtp.login(info["username"], token)
+                        smtp.send_message(message("hooked"), to_addrs=["a@example.org", "b@example.org"])
+
+                await asyncio.to_thread(send)
+                [request] = await receiver.wait_for(1)
+        body = json.loads(request.body)
+        assert body["type"] == "email.received"
+        assert body["data"]["subject"] == "hooked"
+        assert (body["data"]["account_id"], body["data"]["address"]) == (info["account_id"], info["address"])
+    finally:
+        await receiver.stop()

@@ -244,6 +244,35 @@ def index_rows(harness: Harness) -> int:
         return int(search_rows)
 
 
+def run_sql(harness: Harness, statements: dict[str, list[str]]) -> None:
+    settings = harness.server.settings
+    if settings.is_postgres:
+        with psycopg.connect(PG_URL, options=f"-csearch_path={settings.database_schema}") as conn:
+            for sql in statements["postgres"]:
+                conn.execute(sql)
+        return
+    with sqlite3.connect(settings.data_dir / "inboxd.sqlite3") as conn:
+        for sql in statements["sqlite"]:
+            conn.execute(sql)
+
+
+async def restart(harness: Harness) -> Inboxd:
+    server = Inboxd(harness.server.settings, clock=harness.clock)
+    await server.start()
+    harness.extra.append(server)
+    return server
+
+
+async def found_by(server: Inboxd, harness: Harness, box: dict[str, Any], q: str) -> list[str]:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}", timeout=30) as http:
+        async with asyncio.timeout(10):
+            while True:
+                answer = await http.get(f"/api/accounts/{box['id']}/messages", params={"q": q}, headers=harness.auth())
+                if answer.json()["messages"]:
+                    return [m["subject"] for m in answer.json()["messages"]]
+                await asyncio.sleep(0.05)
+
+
 def unindex_everything(harness: Harness) -> None:
     """What a crash between commit and indexing leaves: stored mail the index has not seen."""
     settings = harness.server.settings
@@ -279,67 +308,20 @@ async def test_deleted_mail_leaves_the_index_and_a_restart_catches_up(harness: H
     # Stop, lose the index, start again: the indexer takes the stored mail back in.
     await harness.server.stop()
     unindex_everything(harness)
-    restarted = Inboxd(harness.server.settings, clock=harness.clock)
-    await restarted.start()
-    harness.extra.append(restarted)
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{restarted.http_port}", timeout=30) as http:
-        async with asyncio.timeout(10):
-            while True:
-                answer = await http.get(
-                    f"/api/accounts/{box['id']}/messages", params={"q": "verif*"}, headers=harness.auth()
-                )
-                if answer.json()["messages"]:
-                    break
-                await asyncio.sleep(0.05)
-        assert [m["subject"] for m in answer.json()["messages"]] == ["Verify your account"]
+    restarted = await restart(harness)
+    assert await found_by(restarted, harness, box, "verif*") == ["Verify your account"]
     assert index_rows(harness) == 4
 
-
-@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-async def test_many_full_text_matches_page_like_few(harness: Harness) -> None:
-    """Past `FEW_MATCHES` matches PostgreSQL walks the mailbox instead of sorting the matches:
-    the pages are the same either way. The rows are written straight into the tables (2,100
-    messages through SMTP would take most of a minute here)."""
-    import uuid
-
-    from inboxd.store.search import FEW_MATCHES, mailbox_term
-
-    box = await harness.new_mailbox()
-    settings = harness.server.settings
-    count = FEW_MATCHES + 100
-    now = time.time()
-    ids = [str(uuid.uuid4()) for _ in range(count)]
-    with psycopg.connect(PG_URL, options=f"-csearch_path={settings.database_schema}") as conn:
-        with conn.cursor().copy(
-            "COPY messages (id, mailbox_id, sender, from_header, subject, preview_text, size, is_read, "
-            "created_at, expires_at, indexed, source_id) FROM STDIN"
-        ) as copy:
-            for n, message_id in enumerate(ids):
-                copy.write_row(
-                    (
-                        message_id,
-                        box["id"],
-                        "a@x",
-                        "a@x",
-                        f"m{n}",
-                        "",
-                        10,
-                        0,
-                        now - count + n,
-                        now + 3600,
-                        1,
-                        message_id,
-                    )
-                )
-        with conn.cursor().copy(
-            "COPY message_search (message_id, mailbox_id, recipients, has_attachments, terms) FROM STDIN"
-        ) as copy:
-            for n, message_id in enumerate(ids):
-                words = [mailbox_term(box["id"]), "common"] + (["seldom"] if n % 100 == 0 else [])
-                copy.write_row((message_id, box["id"], "", 0, " ".join(words)))
-    newest_first = [f"m{n}" for n in reversed(range(count))]
-    assert await listed(harness, box, q="common") == newest_first[:30]
-    assert await listed(harness, box, q="common", page="3") == newest_first[60:90]
-    assert await listed(harness, box, q="comm*", page=str(count // 30 + 1)) == newest_first[(count // 30) * 30 :]
-    seldom = [s for s in newest_first if int(s[1:]) % 100 == 0]
-    assert await listed(harness, box, q="seldom common") == seldom[:30]
+    # An index of another format (an older inboxd) is rebuilt at start.
+    await restarted.stop()
+    stale = "UPDATE meta SET value = '1' WHERE key = 'search_format'"
+    run_sql(
+        harness,
+        {
+            "sqlite": [stale, "DELETE FROM message_fts"],
+            "postgres": [stale, "UPDATE message_search SET terms = to_tsvector('simple', 'stale')"],
+        },
+    )
+    again = await restart(harness)
+    assert await found_by(again, harness, box, "zoë") == ["Bestätigung Ihrer Anmeldung"]
+    assert index_rows(harness) == 4

@@ -58,7 +58,8 @@ async def test_full_disk_answers_507_then_recovers(
     small_disk: Path, make_settings: Any, sqlite_template: Path, clock: Clock
 ) -> None:
     shutil.copy(sqlite_template, small_disk / "inboxd.sqlite3")
-    server = Inboxd(make_settings(data_dir=small_disk), clock=clock)
+    # The free-space guard off (tests/test_space_guard.py covers it): this test fills the disk for real.
+    server = Inboxd(make_settings(data_dir=small_disk, min_free_bytes=0), clock=clock)
     await server.start()
     try:
         assert server.bootstrap_token is not None

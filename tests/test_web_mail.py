@@ -131,6 +131,7 @@ async def test_live_inbox_and_message_tabs(start_web: StartWeb) -> None:
 
     await row.get_by_role("link").click()
     await expect(page.get_by_role("heading", name="Your order has shipped")).to_be_visible()
+    await expect(page.locator(".meta")).to_contain_text("Boss <boss@example.org>")
     frame = page.frame_locator("iframe.html-frame")
     await expect(frame.locator("#greeting")).to_have_text("Hello in HTML")
     # The cid: image is the message's own part, inlined; it loaded (natural width 1).
@@ -146,7 +147,10 @@ async def test_live_inbox_and_message_tabs(start_web: StartWeb) -> None:
     await expect(page.locator(".body-text")).to_contain_text("Your code is 482913.")
     await web.screenshot(page, "message-text")
     await page.get_by_role("link", name="Headers").click()
-    await expect(page.get_by_role("table", name="Every header, in order, decoded")).to_be_attached()
+    headers = page.get_by_role("table", name="Every header, in order, decoded")
+    await expect(headers.get_by_role("row", name=re.compile(r"^Subject Your order has shipped"))).to_be_visible()
+    await expect(headers.get_by_role("row", name=re.compile(r"^Cc Boss <boss@example.org>"))).to_be_visible()
+    await web.screenshot(page, "message-headers")
     await page.get_by_role("link", name="Source").click()
     await expect(page.locator(".body-source")).to_contain_text("Content-Type: multipart/mixed")
 

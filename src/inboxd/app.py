@@ -26,8 +26,10 @@ from inboxd.config import Settings
 from inboxd.dns import DnsLookup
 from inboxd.events import EventBus, LocalBus
 from inboxd.events_redis import RedisBus
+from inboxd.metrics import Metrics
 from inboxd.services.credentials import MailboxTokens
 from inboxd.services.domains import DomainService
+from inboxd.services.export import ExportService
 from inboxd.services.ingest import IngestService
 from inboxd.services.limits import Limiter
 from inboxd.services.limits_memory import MemoryCounters
@@ -40,6 +42,7 @@ from inboxd.services.registry import Services
 from inboxd.services.sandbox import SandboxService
 from inboxd.services.sessions import SessionService
 from inboxd.services.signin import SignInService
+from inboxd.services.space import SpaceGuard
 from inboxd.services.users import UserService
 from inboxd.services.waits import WaitService
 from inboxd.services.webhooks import WebhookService
@@ -47,6 +50,7 @@ from inboxd.smtp.server import SmtpServer
 from inboxd.smtp.submission import Submission
 from inboxd.store import migrate
 from inboxd.store import users as user_store
+from inboxd.store import webhooks as webhook_store
 from inboxd.store.db import Database, PostgresDatabase, SqliteDatabase
 from inboxd.worker.indexer import SearchIndexer
 from inboxd.worker.sender import WebhookSender
@@ -101,6 +105,7 @@ class Inboxd:
         self._webhook_worker: WebhookWorker | None = None
         self._indexer: SearchIndexer | None = None
         self._stack = contextlib.AsyncExitStack()
+        self.metrics = Metrics()
 
     @property
     def services(self) -> Services:
@@ -147,6 +152,7 @@ class Inboxd:
         # the stack in reverse, and a step that fails does not keep the later ones from running.
         settings, stack = self.settings, self._stack
         self._db = db = await open_database(settings)
+        self._observe_database(db)
         stack.push_async_callback(self._close_database)
         self._bus = bus = self._event_bus()
         await bus.start()
@@ -161,7 +167,7 @@ class Inboxd:
             worker.start()
             stack.push_async_callback(worker.stop)
         self._webhook_worker = webhooks = WebhookWorker(
-            db, WebhookSender(settings), settings=settings, clock=self.clock
+            db, WebhookSender(settings), settings=settings, clock=self.clock, metrics=self.metrics
         )
         services.ingest.on_jobs_queued(webhooks.wake)
         webhooks.start()
@@ -171,7 +177,9 @@ class Inboxd:
         indexer.start()
         stack.push_async_callback(indexer.stop)
         tls = self._smtp_tls()
-        self._smtp = smtp = SmtpServer(services.ingest, settings=settings, tls=tls)
+        self._smtp = smtp = SmtpServer(
+            services.ingest, settings=settings, tls=tls, metrics=self.metrics, space=services.space
+        )
         await smtp.start(_bind(settings.smtp_host, settings.smtp_port))
         stack.push_async_callback(smtp.stop)
         await self._start_submission(services, tls)
@@ -193,14 +201,22 @@ class Inboxd:
         hooks = Submission(
             sandboxes=services.sandboxes, ingest=services.ingest, admission=services.admission, settings=settings
         )
-        self._submission = submission = SmtpServer(services.ingest, settings=settings, tls=tls, hooks=hooks)
+        self._submission = submission = SmtpServer(
+            services.ingest, settings=settings, tls=tls, hooks=hooks, metrics=self.metrics, space=services.space
+        )
         await submission.start(_bind(settings.submission_host, settings.submission_port))
         self._stack.push_async_callback(submission.stop)
         if settings.submissions_port is not None:
             if tls is None:
                 raise RuntimeError("INBOXD_SUBMISSIONS_PORT needs INBOXD_TLS_CERT and INBOXD_TLS_KEY")
             self._submissions = implicit = SmtpServer(
-                services.ingest, settings=settings, tls=tls, hooks=hooks, implicit_tls=True
+                services.ingest,
+                settings=settings,
+                tls=tls,
+                hooks=hooks,
+                implicit_tls=True,
+                metrics=self.metrics,
+                space=services.space,
             )
             await implicit.start(_bind(settings.submission_host, settings.submissions_port))
             self._stack.push_async_callback(implicit.stop)
@@ -243,7 +259,32 @@ class Inboxd:
             sign_in=SignInService(db, settings=settings, clock=clock),
             sandboxes=SandboxService(db, settings=settings, messages=messages, tokens=mailbox_tokens, clock=clock),
             waits=WaitService(messages, bus),
+            exports=ExportService(db, clock=clock),
+            space=self._space_guard(),
         )
+
+    def _space_guard(self) -> SpaceGuard:
+        """Watch the data directory and, for SQLite, the database file's directory."""
+        settings = self.settings
+        paths = [settings.data_dir]
+        if not settings.is_postgres:
+            paths.append(Path(settings.resolved_database_url.removeprefix("sqlite:///")).parent)
+        return SpaceGuard(paths, min_free=settings.min_free_bytes)
+
+    def _observe_database(self, db: Database) -> None:
+        """Batch sizes as they commit; pool use and the webhook queue when /metrics is read."""
+        metrics = self.metrics
+        db.on_batch = metrics.db_batch.observe
+
+        async def refresh() -> None:
+            size, in_use, waiting = db.pool_usage()
+            metrics.db_pool_size.set(size)
+            metrics.db_pool_in_use.set(in_use)
+            metrics.db_write_queue.set(waiting)
+            metrics.webhook_queue.set(await db.read(webhook_store.queue_depth))
+
+        metrics.on_scrape(refresh)
+        self._stack.callback(metrics.process_exited)
 
     def _event_bus(self) -> EventBus:
         if self.settings.redis_url:
@@ -261,7 +302,7 @@ class Inboxd:
         settings = self.settings
         self._http_sock = _bind(settings.http_host, settings.http_port)
         config = uvicorn.Config(
-            build_asgi(services),
+            build_asgi(services, metrics=self.metrics),
             lifespan="off",
             log_level=settings.log_level,
             access_log=False,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 import click
 
@@ -71,7 +71,9 @@ def serve(
         if v is not None
     }
     settings = load_settings(**overrides)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from inboxd.logs import configure
+
+    configure(level=settings.log_level, fmt=settings.log_format)
     from inboxd.app import serve as run_server
 
     _run(run_server(settings))
@@ -153,3 +155,89 @@ def _guarded(coro: Awaitable[T]) -> T:
         return _run(coro)
     except InboxdError as exc:
         raise click.ClickException(exc.message) from exc
+
+
+# ---- operating inboxd: backup, export, doctor ---------------------------------------------
+
+
+@main.command("backup")
+@click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
+def backup_command(path: Path) -> None:
+    """Copy the SQLite database to PATH, consistently, while inboxd keeps serving."""
+    from inboxd.backup import BackupError, backup
+
+    try:
+        count = backup(load_settings(), path)
+    except BackupError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"backed up to {path} ({count} messages)")
+
+
+@main.command("export")
+@click.option("--mailbox", "address", required=True, help="The mailbox's address.")
+@click.option("--format", "fmt", type=click.Choice(["mbox", "maildir"]), default="mbox", show_default=True)
+@click.option(
+    "--output",
+    type=click.Path(path_type=Path),
+    help="File (mbox) or directory (maildir) to write; mbox goes to standard output without it.",
+)
+def export_command(address: str, fmt: str, output: Path | None) -> None:
+    """Write a mailbox's messages, oldest first, as mbox or into a Maildir."""
+    if fmt == "maildir" and output is None:
+        raise click.UsageError("--format maildir needs --output DIRECTORY.")
+
+    to_file = output is not None and fmt == "mbox"
+    sink: BinaryIO = open(str(output), "wb") if to_file else sys.stdout.buffer  # noqa: SIM115
+
+    async def run() -> int:
+        import time
+
+        from inboxd.app import open_database
+        from inboxd.services.export import ExportService
+        from inboxd.store import mailboxes as mailbox_store
+
+        db = await open_database(load_settings())
+        try:
+            found = await db.read(lambda tx: mailbox_store.get_by_address(tx, address.strip().lower()))
+            if found is None:
+                raise click.ClickException(f"No mailbox {address}.")
+            exports = ExportService(db, clock=time.time)
+            if fmt == "maildir":
+                assert output is not None
+                return await exports.to_maildir(found, output)
+            count = 0
+            async for entry in exports.mbox(found):
+                sink.write(entry)
+                count += 1
+            return count
+        finally:
+            await db.close()
+
+    try:
+        count = _run(run())
+    finally:
+        sink.flush()
+        if to_file:
+            sink.close()
+    click.echo(f"exported {count} messages from {address}", err=True)
+
+
+@main.command("doctor")
+def doctor_command() -> None:
+    """Check the configuration, data directory, database, Redis, DNS and ports; say what is wrong."""
+    from pydantic import ValidationError
+
+    from inboxd.doctor import run_checks
+
+    try:
+        settings = load_settings()
+    except (ValidationError, OSError) as exc:
+        click.echo(f"fail  config: the configuration cannot be read: {exc}")
+        raise SystemExit(1) from exc
+    findings = run_checks(settings)
+    for finding in findings:
+        click.echo(f"{finding.level:<5} {finding.check}: {finding.text}")
+    failed = sum(f.level == "fail" for f in findings)
+    click.echo("inboxd doctor: " + (f"{failed} problem(s) found." if failed else "all checks passed."))
+    if failed:
+        raise SystemExit(1)

@@ -142,6 +142,13 @@ class Settings(BaseSettings):
     max_body_size: int = 1024 * 1024
     log_level: str = "info"
 
+    # Operating inboxd (README "Operating inboxd"): log format, the metrics token, the free-space
+    # guard, and plain-HTTP webhooks for local development.
+    log_format: Literal["text", "json"] = "text"
+    metrics_token: str = ""
+    min_free_bytes: int = 100 * 1000 * 1000
+    webhook_allow_http: bool = False
+
     @field_validator("public_domains", "pro_only_domains", "dns_nameservers", mode="before")
     @classmethod
     def _csv(cls, value: object) -> object:

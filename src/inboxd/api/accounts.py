@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from inboxd.api import schemas
 from inboxd.api.http import Call, endpoint, json_response, no_content, read_json
+from inboxd.api.messages import content_disposition
 from inboxd.api.openapi import describe
 
 
@@ -24,7 +25,7 @@ from inboxd.api.openapi import describe
 async def create_mailbox(request: Request, call: Call) -> Response:
     body = await read_json(request, schemas.CreateMailbox)
     created = await call.services.mailboxes.create(
-        call.principal, body.address, password=body.password, auth_key=body.auth_key
+        call.principal, body.address, password=body.password, auth_key=body.auth_key, admit=call.admit_creation
     )
     return json_response(
         schemas.MailboxCreated(id=created.mailbox.id, address=created.mailbox.address, token=created.token), 201
@@ -63,9 +64,29 @@ async def reset_password(request: Request, call: Call) -> Response:
     return json_response(schemas.PasswordReset(message="password_reset"))
 
 
+@describe(
+    "Export a mailbox as mbox",
+    tag="mailboxes",
+    description="Every live message, oldest first, as one mboxrd file, streamed; counts as one operation.",
+    media_type="application/mbox",
+    errors=(404,),
+    extension=True,
+    headers={"Content-Disposition": '`attachment; filename="<address>.mbox"`'},
+)
+@endpoint(mailbox_token=True)
+async def export_mbox(request: Request, call: Call) -> Response:
+    mailbox = await call.services.mailboxes.find(call.principal, request.path_params["mailbox"])
+    return StreamingResponse(
+        call.services.exports.mbox(mailbox),
+        media_type="application/mbox",
+        headers={"Content-Disposition": content_disposition(f"{mailbox.address}.mbox")},
+    )
+
+
 routes = [
     Route("/api/accounts", create_mailbox, methods=["POST"]),
     Route("/api/accounts/{mailbox}", get_mailbox, methods=["GET"]),
     Route("/api/accounts/{mailbox}", delete_mailbox, methods=["DELETE"]),
     Route("/api/accounts/{mailbox}/reset-password", reset_password, methods=["PUT"]),
+    Route("/api/accounts/{mailbox}/export.mbox", export_mbox, methods=["GET"]),
 ]

@@ -8,9 +8,11 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
-from inboxd.api import accounts, docs, messages, public, sandbox, user, webhooks, ws
+from inboxd.api import accounts, docs, messages, operations, public, sandbox, user, webhooks, ws
 from inboxd.api.errors import AnswerUnexpected, on_http_error, on_inboxd_error
+from inboxd.api.observe import Observe
 from inboxd.errors import InboxdError
+from inboxd.metrics import Metrics
 from inboxd.services.registry import Services
 from inboxd.web import app as web
 
@@ -25,10 +27,13 @@ def api_routes() -> list[BaseRoute]:
         *sandbox.routes,
         *webhooks.routes,
         *docs.routes,
+        *operations.routes,
     ]
 
 
-def build_asgi(services: Services) -> ASGIApp:
+def build_asgi(services: Services, *, metrics: Metrics | None = None) -> ASGIApp:
+    """The whole HTTP face: request ids, logs and metrics around the WebSocket and the routes."""
+    metrics = metrics or Metrics()
     routes = api_routes()
     app = Starlette(
         routes=[*routes, *web.routes()],
@@ -41,4 +46,5 @@ def build_asgi(services: Services) -> ASGIApp:
     app.state.services = services
     web.attach(app, services)
     app.state.openapi = docs.openapi_bytes(routes, base_url=services.settings.base_url)
-    return ws.with_websocket(app, services)
+    app.state.metrics = metrics
+    return Observe(ws.with_websocket(app, services, metrics=metrics), metrics=metrics, routes=routes)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -14,6 +13,7 @@ from inboxd.api.http import json_response
 from inboxd.api.openapi import Query
 from inboxd.model import MessageFilter
 from inboxd.services.filters import parse_filter, parse_timeout
+from inboxd.tasks import cancel_and_wait
 
 FILTER_QUERY = (
     Query(
@@ -69,11 +69,9 @@ async def wait_response(request: Request, waiting: Awaitable[T], encode: Callabl
     try:
         await asyncio.wait((wait_task, watch), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (wait_task, watch):
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        # cancel_and_wait, not suppress(CancelledError) around an await: that would also
+        # swallow this handler's own cancellation.
+        await cancel_and_wait([task for task in (wait_task, watch) if not task.done()])
     if not wait_task.done() or wait_task.cancelled():
         return Response(status_code=_GONE)
     return json_response(encode(wait_task.result()))

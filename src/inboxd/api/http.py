@@ -16,17 +16,27 @@ from starlette.responses import Response
 
 from inboxd.errors import Forbidden, InboxdError, InvalidRequest, PayloadTooLarge, Unauthorized
 from inboxd.model import Principal
+from inboxd.services.limits import Allowance
 from inboxd.services.registry import Services
 
 S = TypeVar("S")
 _encoder = msgspec.json.Encoder()
 JSON = "application/json"
+# Methods the free-space guard refuses (507) while space is low; DELETE stays open, as it frees space.
+WRITES = frozenset({"POST", "PUT", "PATCH"})
+
+
+async def _nothing() -> None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
 class Call:
     services: Services
     principal: Principal
+    # For a path that creates a mailbox: admits the request and reserves the creation interval.
+    # Its service awaits it once the request is known to be valid, before any costly work.
+    admit_creation: Callable[[], Awaitable[None]] = _nothing
 
 
 Handler = Callable[[Request, Call], Awaitable[Response]]
@@ -72,21 +82,30 @@ def endpoint(
             services = services_of(request)
             principal = await authenticate(request, services)
             refusal = _refusal(principal, mailbox_token=mailbox_token, pro=pro)
-            # Admitted first, so every authenticated answer is limited, counted and carries the
-            # headers; but a request refused for its path creates nothing, so it must not start
-            # the owner's creation interval (a mailbox token could otherwise hold it off).
-            allowance = await services.admission.admit(
-                principal.user, creates_mailbox=creates_mailbox and refusal is None
-            )
+            gate = _Gate(services, principal)
+            # Every authenticated answer is limited, counted and carries the headers. Most paths
+            # are admitted first. A creation is admitted when its service is about to create, so
+            # a malformed or invalid request answers its own 400/413 even within the creation
+            # interval, and only a request that could create reserves the interval.
+            if not (creates_mailbox and refusal is None):
+                await gate.admit(creates_mailbox=False)
             try:
                 if refusal is not None:
                     raise refusal
+                if request.method in WRITES:
+                    services.space.check()
                 _normalize_id(request)
-                response = await handler(request, Call(services=services, principal=principal))
-            except InboxdError as exc:
-                exc.headers.update(allowance.headers)
+                response = await handler(
+                    request, Call(services=services, principal=principal, admit_creation=gate.admit_creation)
+                )
+            except BaseException as exc:
+                await gate.failed(exc)
+                if isinstance(exc, InboxdError):
+                    exc.headers.update(gate.headers)
                 raise
-            response.headers.update(allowance.headers)
+            if gate.allowance is None:
+                await gate.admit(creates_mailbox=False)
+            response.headers.update(gate.headers)
             return response
 
         run.__name__ = handler.__name__
@@ -99,6 +118,37 @@ def endpoint(
         return run
 
     return wrap
+
+
+class _Gate:
+    """One request's admission: done at most once, and the creation interval given back if the
+    request that reserved it created nothing."""
+
+    __slots__ = ("_principal", "_services", "allowance")
+
+    def __init__(self, services: Services, principal: Principal) -> None:
+        self._services = services
+        self._principal = principal
+        self.allowance: Allowance | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return self.allowance.headers if self.allowance is not None else {}
+
+    async def admit(self, *, creates_mailbox: bool) -> None:
+        if self.allowance is None:
+            self.allowance = await self._services.admission.admit(self._principal.user, creates_mailbox=creates_mailbox)
+
+    async def admit_creation(self) -> None:
+        await self.admit(creates_mailbox=True)
+
+    async def failed(self, exc: BaseException) -> None:
+        if self.allowance is not None:
+            await self._services.admission.creation_failed(self._principal.user, self.allowance)
+        elif isinstance(exc, Exception):
+            # Refused before admission (a malformed body): still limited and counted, and a 429
+            # from the rate limit takes precedence over the request's own error.
+            await self.admit(creates_mailbox=False)
 
 
 def _refusal(principal: Principal, *, mailbox_token: bool, pro: bool) -> Forbidden | None:
@@ -143,6 +193,9 @@ async def read_json(request: Request, schema: type[S]) -> S:
         raise InvalidRequest(f"Invalid field: {exc}.") from exc
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"Malformed JSON: {exc}.") from exc
+    except UnicodeDecodeError as exc:
+        # msgspec checks UTF-8 only when it builds a string, and then raises Python's own error.
+        raise InvalidRequest("Malformed JSON: the body is not valid UTF-8.") from exc
     except RecursionError as exc:
         # msgspec skips an unknown key's value recursively: about a thousand nested objects, 6 KB.
         raise InvalidRequest("Malformed JSON: nested too deeply.") from exc

@@ -14,13 +14,14 @@ Field types, required fields and examples come from the structs in `api/schemas.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 import msgspec
 from starlette.routing import BaseRoute, Route
 
 from inboxd.api import schemas
+from inboxd.api.http import WRITES
 
 F = TypeVar("F", bound=Callable[..., Any])
 Access = Literal["none", "token", "mailbox_token", "pro", "metrics"]
@@ -168,6 +169,8 @@ class _Builder:
 
     def operation(self, method: str, route: Route, op: Operation) -> dict[str, Any]:
         access = access_of(route, op)
+        if access in ("token", "mailbox_token", "pro") and method.upper() in WRITES:
+            op = replace(op, errors=(*op.errors, 507))
         if op.tag not in self.tags:
             self.tags.append(op.tag)
         out: dict[str, Any] = {

@@ -45,14 +45,16 @@ async def sign_in(request: Request) -> Response:
     services = services_of(request)
     body = await read_json(request, schemas.SignIn)
     client, admission = client_ip(request), services.admission
-    await admission.check_sign_in(body.address, client=client)
+    # Entered as a failure before the (slow, threaded) password check, so concurrent guesses
+    # count at once; taken back below unless the credentials were wrong.
+    attempt = await admission.reserve_sign_in(body.address, client=client)
     try:
         mailbox, token = await services.mailboxes.sign_in(body.address, password=body.password, auth_key=body.auth_key)
-    except Unauthorized as exc:
-        if exc.code != "account_revoked":  # only wrong credentials count as failed tries
-            await admission.sign_in_failed(body.address, client=client)
+    except BaseException as exc:
+        if not isinstance(exc, Unauthorized) or exc.code == "account_revoked":
+            await admission.release_sign_in(attempt)
         raise
-    await admission.sign_in_succeeded(body.address, client=client)
+    await admission.sign_in_succeeded(attempt)
     return json_response(schemas.SignedIn(token=token, id=mailbox.id, address=mailbox.address))
 
 

@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inboxd.errors import Unauthorized
 from inboxd.events import REVOKE_ALL
+from inboxd.metrics import Metrics
 from inboxd.services.credentials import MailboxClaims
 from inboxd.services.registry import Services
 
@@ -80,8 +81,8 @@ def _shed_handshake(scope: Scope, receive: Receive) -> None:
     uvicorn's websockets-sans-I/O protocol keeps the request and response on the connection and
     never reads them after the handshake, and websockets' parser generator keeps the request in a
     local of its suspended frame, out of reach; so the header sets themselves are emptied, not
-    just dropped. The scope's header list is ours. Measured with 1,000 idle connections
-    (bench/ws_latency.py): 19.6 → 17.1 KiB each from dropping them, → 14.8 KiB from emptying them.
+    just dropped. The scope's header list is ours. What each step saves per idle connection is
+    in docs/performance.md (bench/ws_latency.py).
     """
     scope["headers"] = []
     protocol = getattr(receive, "__self__", None)
@@ -347,9 +348,16 @@ def _auth_token(message: Message) -> str | None:
     return auth.token if auth.type == "auth" else None
 
 
-def with_websocket(app: ASGIApp, services: Services) -> ASGIApp:
+def with_websocket(app: ASGIApp, services: Services, *, metrics: Metrics | None = None) -> ASGIApp:
     """`app` with `/api/ws` answered ahead of it."""
     hub = WebSocketHub(services)
+    if metrics is not None:
+        gauge = metrics.ws_connections
+
+        async def count_open() -> None:
+            gauge.set(hub.count())
+
+        metrics.on_scrape(count_open)
 
     async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket" and scope["path"] == PATH:

@@ -11,9 +11,9 @@ How a message is taken apart:
   regular expression (the header-line rule of ``email.feedparser``), its fields are split out with another
   and stored in a ``compat32`` ``Message``, whose parameter handling (RFC 2231 included) then reads
   content types, charsets, boundaries and filenames; multipart bodies are cut at their delimiters with
-  ``bytes.find``. ``BytesParser`` was measured at about 250 µs for a 4 KB multipart message (its
-  ``FeedParser`` alone costs 20 to 30 µs per header block), it keeps no original bytes for a nested
-  message/rfc822, and deep nesting makes it raise RecursionError; the walk costs a fraction of that,
+  ``bytes.find``. ``BytesParser`` is several times slower on a small multipart message (its
+  ``FeedParser`` runs per header block; figures in docs/performance.md), it keeps no original bytes
+  for a nested message/rfc822, and deep nesting makes it raise RecursionError; the walk costs a fraction of that,
   stops as soon as the summary has what it needs, caps depth, and hands a nested message on byte for
   byte.
 * Header blocks are decoded as UTF-8 with replacement before parsing, so raw 8-bit (SMTPUTF8) headers
@@ -111,7 +111,7 @@ _ENCODED_WORD = re.compile(r"=\?([^?\s]+)\?([bBqQ])\?([^?\r\n]*)\?=")
 _LINE_BREAKS = re.compile(r"[\r\n]")
 _SURROGATES = re.compile("[\ud800-\udfff]")
 # The From header forms nearly all mail uses: `addr`, `Name <addr>` and `"Name" <addr>`, read here without
-# getaddresses, which costs 20 to 40 µs; whatever else (comments, groups, lists, odd spacing) goes to it.
+# getaddresses, which is slow for the hot path; whatever else (comments, groups, lists, odd spacing) goes to it.
 _ADDR_SPEC = r'[^\s"<>@,;:()\\\[\]]+@[^\s"<>@,;:()\\\[\]]+'
 # Each part is deterministic (the unquoted name runs greedily up to "<"), so no input backtracks.
 _SIMPLE_ADDRESS = re.compile(rf'(?:"((?:[^"\\]|\\.)*)"\s*|([^"<>@,;:()\\\[\]]*))<({_ADDR_SPEC})>|({_ADDR_SPEC})')

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import jwt
 from argon2.low_level import Type, hash_secret_raw
 
-from inboxd.errors import InvalidRequest, Unauthorized
+from inboxd.errors import Forbidden, InvalidRequest, Unauthorized
 from inboxd.model import User
 
 API_TOKEN_PREFIX = "ibx_"
@@ -43,21 +43,35 @@ def derive_auth_key(address: str, password: str) -> str:
     return key.hex()
 
 
-async def auth_key_from(address: str, *, password: str | None, auth_key: str | None) -> str:
-    """The mailbox's auth_key from whichever secret the request carried (Argon2 off the loop)."""
+def check_secret(*, password: str | None, auth_key: str | None) -> None:
+    """The cheap checks of a new secret, so a bad one is refused before any costly work."""
     if password is not None:
         if len(password) < MIN_PASSWORD:
             raise InvalidRequest("The password must be at least 6 characters long.", code="password_too_short")
-        return await asyncio.to_thread(derive_auth_key, address, password)
-    if auth_key is not None:
+    elif auth_key is not None:
         if not _AUTH_KEY.fullmatch(auth_key):
             raise InvalidRequest("auth_key must be 64 lower-case hex characters.")
-        return auth_key
-    raise InvalidRequest("The body must carry `password` or `auth_key`.")
+    else:
+        raise InvalidRequest("The body must carry `password` or `auth_key`.")
+
+
+async def auth_key_from(address: str, *, password: str | None, auth_key: str | None) -> str:
+    """The mailbox's auth_key from whichever secret the request carried (Argon2 off the loop)."""
+    check_secret(password=password, auth_key=auth_key)
+    if password is not None:
+        return await asyncio.to_thread(derive_auth_key, address, password)
+    assert auth_key is not None
+    return auth_key
 
 
 def hash_auth_key(auth_key: str) -> str:
     return hashlib.sha256(auth_key.encode()).hexdigest()
+
+
+def require_pro(user: User) -> None:
+    """Custom domains, webhooks and the sandbox are Pro resources, through the API and the pages alike."""
+    if not user.is_pro:
+        raise Forbidden("This needs a Pro account.", code="pro_required")
 
 
 def check_active(user: User) -> None:

@@ -11,8 +11,10 @@ where the spec is silent:
 
 - Request rate: a token bucket per user over all its API and mailbox tokens, refilled at the
   plan's rate, holding `max(1, rate)` (burst equal to the rate). A refused request takes nothing.
-- Mailbox creation: at most one admitted `POST /api/accounts` per interval and user; the interval
-  starts when the request is admitted, whether or not the creation then succeeds.
+- Mailbox creation: at most one `POST /api/accounts` per interval and user. Admission reserves
+  the interval atomically (so two concurrent requests cannot both pass); a request that then
+  creates nothing (malformed or oversized body, wrong types, invalid or taken address, any other
+  error) gives it back, so only a successful creation starts the interval.
 - Monthly operations: every authenticated request that passes the rate limit counts, in the
   calendar month in UTC of the injected clock. A request refused for the quota still takes a
   token from the bucket (so a client at its quota is still paced) but is not counted: the quota
@@ -20,9 +22,12 @@ where the spec is silent:
 - Persistence: counts are batched into `ops_usage` by `OpsLedger` every `usage_flush_interval`
   seconds and at `stop()`; the stored count is read once per user and month at first use.
 - Failed sign-ins: at most `login_max_failures` failures per address and per client IP within
-  any `login_failure_window` seconds (a sliding log). A successful sign-in clears the address's
-  failures (its owner proved the secret) but not the IP's, so one valid mailbox cannot be used to
-  reset an IP's budget between guesses at other addresses.
+  any `login_failure_window` seconds (a sliding log). Each attempt is entered in both logs
+  atomically before its password is checked, and refused if either log is full, so concurrent
+  guesses cannot all pass a check that counts only finished ones. A failure leaves its entry; a
+  success takes it back and clears the address's failures (its owner proved the secret) but not
+  the IP's, so one valid mailbox cannot be used to reset an IP's budget between guesses at other
+  addresses; an attempt that fails for another reason (a revoked mailbox, a fault) is taken back.
 - Browser sign-in (starting a provider sign-in, its callback, a sign-in link): a token bucket per
   client IP, `sign_in_rate` per minute, burst the same.
 - Public domain list: a token bucket per client IP, `public_rps` per second, burst twice that.
@@ -39,6 +44,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -58,11 +64,26 @@ class Allowance:
     """What a passed check tells the client, as response headers."""
 
     headers: dict[str, str] = field(default_factory=dict)
+    # The creation interval this admission reserved (its start), to give back if nothing is created.
+    creation: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SignInAttempt:
+    """A sign-in entered in the failure logs (address's, IP's) before its secret is checked."""
+
+    address_key: str
+    ip_key: str
+    member: str
 
 
 class Admission(Protocol):
     async def admit(self, user: User, *, creates_mailbox: bool) -> Allowance:
         """Count one operation of `user`, or raise `RateLimited` (429)."""
+        ...
+
+    async def creation_failed(self, user: User, allowance: Allowance) -> None:
+        """Give back the creation interval `allowance` reserved: the request created nothing."""
         ...
 
     async def usage(self, user: User) -> tuple[int, int]:
@@ -74,12 +95,15 @@ class Admission(Protocol):
         rate applies, and a month already at its quota is left as it is."""
         ...
 
-    async def check_sign_in(self, address: str, *, client: str) -> None:
-        """Raise `RateLimited` if the address or the client IP has used up its failed sign-ins."""
+    async def reserve_sign_in(self, address: str, *, client: str) -> SignInAttempt:
+        """Enter one attempt as a failure of the address and of the client IP, or raise
+        `RateLimited` if either has used up its failed sign-ins; atomic against other attempts."""
         ...
 
-    async def sign_in_failed(self, address: str, *, client: str) -> None: ...
-    async def sign_in_succeeded(self, address: str, *, client: str) -> None: ...
+    async def sign_in_succeeded(self, attempt: SignInAttempt) -> None: ...
+    async def release_sign_in(self, attempt: SignInAttempt) -> None:
+        """Take back an attempt that was not a wrong secret."""
+        ...
 
     async def admit_public(self, *, client: str) -> None:
         """Rate-limit an unauthenticated read per client IP, or raise `RateLimited`."""
@@ -153,11 +177,16 @@ class Counters(Protocol):
         """Take one token from bucket `key`; 0.0 when taken, else seconds until one is there."""
         ...
 
-    async def failures(self, key: str, *, now: float, window: float) -> tuple[int, float]:
-        """(failures within the window, seconds until the oldest leaves it)."""
+    async def release_creation(self, user_id: str, stamp: float) -> None:
+        """Forget the user's creation stamp if it is still `stamp` (set by `take`)."""
         ...
 
-    async def add_failure(self, key: str, *, now: float, window: float) -> None: ...
+    async def reserve(self, keys: tuple[str, ...], *, member: str, now: float, window: float, limit: int) -> float:
+        """Add `member` at `now` to every log in `keys` if none holds `limit` entries within the
+        window: 0.0; else add nothing and answer the seconds until each full log has room."""
+        ...
+
+    async def release(self, keys: tuple[str, ...], *, member: str) -> None: ...
     async def clear_failures(self, key: str) -> None: ...
     def prune(self, *, now: float, month: str) -> None: ...
     async def close(self) -> None: ...
@@ -237,7 +266,8 @@ class Limiter:
         headers = _headers(verdict, take.rule)
         if verdict.outcome is Outcome.OK:
             self._ledger.add(user.id, month)
-            return Allowance(headers)
+            reserved = now if creates_mailbox and take.rule.create_interval > 0 else None
+            return Allowance(headers, creation=reserved)
         if verdict.outcome is Outcome.QUOTA:
             error = RateLimited(
                 f"The monthly quota of {take.rule.ops_limit} operations is used up; it resets at the start "
@@ -274,20 +304,30 @@ class Limiter:
             used = await self._ledger.total(user.id, month)
         return used, self._rule(user).ops_limit
 
-    async def check_sign_in(self, address: str, *, client: str) -> None:
-        now, window = self._clock(), self._settings.login_failure_window
-        for key in (f"login:addr:{address.strip().lower()}", f"login:ip:{client}"):
-            count, wait = await self._counters.failures(key, now=now, window=window)
-            if count >= self._settings.login_max_failures:
-                raise RateLimited(retry_after=wait)
+    async def creation_failed(self, user: User, allowance: Allowance) -> None:
+        if allowance.creation is not None:
+            await self._counters.release_creation(user.id, allowance.creation)
 
-    async def sign_in_failed(self, address: str, *, client: str) -> None:
-        now, window = self._clock(), self._settings.login_failure_window
-        await self._counters.add_failure(f"login:addr:{address.strip().lower()}", now=now, window=window)
-        await self._counters.add_failure(f"login:ip:{client}", now=now, window=window)
+    async def reserve_sign_in(self, address: str, *, client: str) -> SignInAttempt:
+        address_key = f"login:addr:{address.strip().lower()}"
+        attempt = SignInAttempt(address_key=address_key, ip_key=f"login:ip:{client}", member=secrets.token_hex(8))
+        wait = await self._counters.reserve(
+            (attempt.address_key, attempt.ip_key),
+            member=attempt.member,
+            now=self._clock(),
+            window=self._settings.login_failure_window,
+            limit=self._settings.login_max_failures,
+        )
+        if wait > 0:
+            raise RateLimited(retry_after=wait)
+        return attempt
 
-    async def sign_in_succeeded(self, address: str, *, client: str) -> None:
-        await self._counters.clear_failures(f"login:addr:{address.strip().lower()}")
+    async def sign_in_succeeded(self, attempt: SignInAttempt) -> None:
+        await self._counters.release((attempt.ip_key,), member=attempt.member)
+        await self._counters.clear_failures(attempt.address_key)
+
+    async def release_sign_in(self, attempt: SignInAttempt) -> None:
+        await self._counters.release((attempt.address_key, attempt.ip_key), member=attempt.member)
 
     async def admit_public(self, *, client: str) -> None:
         rate = self._settings.public_rps

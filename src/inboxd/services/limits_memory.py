@@ -35,7 +35,7 @@ class MemoryCounters:
         self._buckets: dict[str, _Bucket] = {}
         self._created: dict[str, tuple[float, float]] = {}  # user id → (last admitted creation, interval)
         self._ops: dict[tuple[str, str], int] = {}  # (user id, month) → count
-        self._failures: dict[str, tuple[deque[float], float]] = {}  # key → (times, window)
+        self._failures: dict[str, tuple[deque[tuple[float, str]], float]] = {}  # key → ((time, member)…, window)
 
     def _bucket(self, key: str, *, now: float, rate: float, burst: float) -> _Bucket:
         bucket = self._buckets.get(key)
@@ -92,18 +92,31 @@ class MemoryCounters:
         bucket.tokens -= 1.0
         return 0.0
 
-    def _log(self, key: str, *, now: float, window: float) -> deque[float]:
+    async def release_creation(self, user_id: str, stamp: float) -> None:
+        if self._created.get(user_id, (None, 0.0))[0] == stamp:
+            del self._created[user_id]
+
+    def _log(self, key: str, *, now: float, window: float) -> deque[tuple[float, str]]:
         log = self._failures.setdefault(key, (deque(), window))[0]
-        while log and log[0] <= now - window:
+        while log and log[0][0] <= now - window:
             log.popleft()
         return log
 
-    async def failures(self, key: str, *, now: float, window: float) -> tuple[int, float]:
-        log = self._log(key, now=now, window=window)
-        return len(log), (log[0] + window - now) if log else 0.0
+    async def reserve(self, keys: tuple[str, ...], *, member: str, now: float, window: float, limit: int) -> float:
+        logs = [self._log(key, now=now, window=window) for key in keys]
+        wait = max(((log[0][0] if log else now) + window - now for log in logs if len(log) >= limit), default=0.0)
+        if wait > 0:
+            return wait
+        for log in logs:
+            log.append((now, member))
+        return 0.0
 
-    async def add_failure(self, key: str, *, now: float, window: float) -> None:
-        self._log(key, now=now, window=window).append(now)
+    async def release(self, keys: tuple[str, ...], *, member: str) -> None:
+        for key in keys:
+            entry = self._failures.get(key)
+            if entry is not None:
+                kept = deque(item for item in entry[0] if item[1] != member)
+                self._failures[key] = (kept, entry[1])
 
     async def clear_failures(self, key: str) -> None:
         self._failures.pop(key, None)
@@ -113,7 +126,7 @@ class MemoryCounters:
         self._buckets = {k: b for k, b in self._buckets.items() if b.tokens + max(0.0, now - b.at) * b.rate < b.burst}
         self._created = {k: v for k, v in self._created.items() if v[0] + v[1] > now}
         self._ops = {k: v for k, v in self._ops.items() if k[1] == month}
-        self._failures = {k: (log, w) for k, (log, w) in self._failures.items() if log and log[-1] > now - w}
+        self._failures = {k: (log, w) for k, (log, w) in self._failures.items() if log and log[-1][0] > now - w}
 
     async def close(self) -> None:
         return None

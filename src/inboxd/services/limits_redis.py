@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -129,11 +128,34 @@ return '0'
 """
 )
 
-# KEYS: log. ARGV: now, window. Answers {count, oldest} of the failures within the window.
-FAILURES = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[1]) - tonumber(ARGV[2]))
-local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {redis.call('ZCARD', KEYS[1]), oldest[2] or '0'}
+# KEYS: failure logs. ARGV: now, window, limit, member, ttl. Adds the member to every log when none
+# is full and answers '0'; else adds nothing and answers the seconds until the full ones have room.
+RESERVE = """
+local now = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local full = false
+local wait = 0
+for _, key in ipairs(KEYS) do
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  if redis.call('ZCARD', key) >= limit then
+    full = true
+    local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    wait = math.max(wait, tonumber(oldest[2] or now) + window - now)
+  end
+end
+if full then return string.format('%.17g', math.max(wait, 0.001)) end
+for _, key in ipairs(KEYS) do
+  redis.call('ZADD', key, now, ARGV[4])
+  redis.call('EXPIRE', key, ARGV[5])
+end
+return '0'
+"""
+
+# KEYS: created. ARGV: the stamp a take set. Forgets it only if no later take replaced it.
+RELEASE_CREATION = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
 """
 
 
@@ -143,8 +165,9 @@ class RedisCounters:
         self._prefix = prefix + "limits:"
         self._take = client.register_script(TAKE)
         self._hit = client.register_script(HIT)
+        self._reserve = client.register_script(RESERVE)
+        self._release_creation = client.register_script(RELEASE_CREATION)
         self._count = client.register_script(COUNT)
-        self._failures = client.register_script(FAILURES)
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str) -> RedisCounters:
@@ -191,17 +214,22 @@ class RedisCounters:
             wait = await self._hit(keys=[self._prefix + key], args=[repr(now), repr(rate), repr(burst)])
         return float(wait)
 
-    async def failures(self, key: str, *, now: float, window: float) -> tuple[int, float]:
+    async def release_creation(self, user_id: str, stamp: float) -> None:
         with _unavailable():
-            count, oldest = await self._failures(keys=[self._prefix + key], args=[repr(now), repr(window)])
-        return int(count), (float(oldest) + window - now) if int(count) else 0.0
+            await self._release_creation(keys=[self._user(user_id, "created")], args=[repr(stamp)])
 
-    async def add_failure(self, key: str, *, now: float, window: float) -> None:
-        name = self._prefix + key
+    async def reserve(self, keys: tuple[str, ...], *, member: str, now: float, window: float, limit: int) -> float:
+        names = [self._prefix + key for key in keys]
+        args: list[Any] = [repr(now), repr(window), limit, member, math.ceil(window) + 60]
+        with _unavailable():
+            wait = await self._reserve(keys=names, args=args)
+        return float(wait)
+
+    async def release(self, keys: tuple[str, ...], *, member: str) -> None:
         with _unavailable():
             async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.zadd(name, {f"{now!r}:{secrets.token_hex(4)}": now})
-                pipe.expire(name, math.ceil(window) + 60)
+                for key in keys:
+                    pipe.zrem(self._prefix + key, member)
                 await pipe.execute()
 
     async def clear_failures(self, key: str) -> None:

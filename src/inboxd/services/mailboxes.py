@@ -15,7 +15,7 @@ import base64
 import re
 import secrets
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Literal
@@ -26,7 +26,14 @@ from inboxd.config import Settings
 from inboxd.errors import Conflict, DuplicateKey, Forbidden, InvalidRequest, NotFound, Unauthorized
 from inboxd.events import REVOKE_ALL, EventBus
 from inboxd.model import Mailbox, Principal, PublicDomain, User
-from inboxd.services.credentials import MailboxTokens, auth_key_from, check_active, hash_auth_key, same_secret
+from inboxd.services.credentials import (
+    MailboxTokens,
+    auth_key_from,
+    check_active,
+    check_secret,
+    hash_auth_key,
+    same_secret,
+)
 from inboxd.store import custom_domains as domain_store
 from inboxd.store import mailboxes as store
 from inboxd.store import users as user_store
@@ -87,15 +94,28 @@ class MailboxService:
         return any(d.domain == domain for d in self._public)
 
     async def create(
-        self, principal: Principal, address: str, *, password: str | None, auth_key: str | None
+        self,
+        principal: Principal,
+        address: str,
+        *,
+        password: str | None,
+        auth_key: str | None,
+        admit: Callable[[], Awaitable[None]] | None = None,
     ) -> CreatedMailbox:
+        """`admit` (the creation limits) is awaited once the request is known to be valid and
+        before the costly key derivation, so an invalid request answers its own error."""
         if principal.token_id is None and not principal.session:
             raise Forbidden("Mailboxes are created with an API token.")
         user = principal.user
         local, domain = split_address(address)
         address = f"{local}@{domain}"
-        key = await auth_key_from(address, password=password, auth_key=auth_key)
+        check_secret(password=password, auth_key=auth_key)
         domain_id = await self._allowed_domain(user, domain)
+        if await self._db.read(partial(store.get_by_address, address=address)) is not None:
+            raise Conflict("That address is taken.", code="address_taken")
+        if admit is not None:
+            await admit()
+        key = await auth_key_from(address, password=password, auth_key=auth_key)
         cap = self._settings.pro_max_mailboxes if user.is_pro else self._settings.free_max_mailboxes
         quota = self._settings.pro_mailbox_quota if user.is_pro else self._settings.free_mailbox_quota
         mailbox = Mailbox(

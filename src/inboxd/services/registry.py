@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from inboxd.config import Settings
 from inboxd.events import EventBus
 from inboxd.services.credentials import MailboxTokens
 from inboxd.services.domains import DomainService
+from inboxd.services.export import ExportService
 from inboxd.services.ingest import IngestService
 from inboxd.services.limits import Admission
 from inboxd.services.mailboxes import MailboxService
@@ -17,6 +18,7 @@ from inboxd.services.profile import ProfileService
 from inboxd.services.sandbox import SandboxService
 from inboxd.services.sessions import SessionService
 from inboxd.services.signin import SignInService
+from inboxd.services.space import SpaceGuard, disabled
 from inboxd.services.users import UserService
 from inboxd.services.waits import WaitService
 from inboxd.services.webhooks import WebhookService
@@ -40,3 +42,6 @@ class Services:
     sign_in: SignInService
     sandboxes: SandboxService
     waits: WaitService
+    exports: ExportService
+    # The free-space guard (INBOXD_MIN_FREE_BYTES): API writes answer 507 while space is low.
+    space: SpaceGuard = field(default_factory=disabled)

@@ -33,8 +33,10 @@ def new_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
 
 
-def check_url(url: str) -> str:
-    """An absolute https:// URL of at most 2,048 characters, else 400 invalid_url."""
+def check_url(url: str, *, allow_http: bool = False) -> str:
+    """An absolute https:// URL of at most 2,048 characters, else 400 invalid_url.
+
+    `allow_http` (INBOXD_WEBHOOK_ALLOW_HTTP, for local development) admits http:// too."""
     if len(url) > MAX_URL_LENGTH:
         raise InvalidRequest(f"The URL is longer than {MAX_URL_LENGTH} characters.", code="invalid_url")
     if not url.isprintable() or any(c.isspace() for c in url):
@@ -44,7 +46,7 @@ def check_url(url: str) -> str:
         parts.port  # noqa: B018 - raises ValueError for a port out of range
     except ValueError as exc:
         raise InvalidRequest("The URL is malformed.", code="invalid_url") from exc
-    if parts.scheme.lower() != "https":
+    if parts.scheme.lower() != "https" and not (allow_http and parts.scheme.lower() == "http"):
         raise InvalidRequest("The webhook URL must use https://.", code="invalid_url")
     if not parts.hostname or parts.username is not None or parts.password is not None:
         raise InvalidRequest("The URL must be absolute, with a host and no credentials.", code="invalid_url")
@@ -90,7 +92,7 @@ class WebhookService:
         webhook = Webhook(
             id=str(uuid.uuid4()),
             user_id=user.id,
-            url=check_url(url),
+            url=check_url(url, allow_http=self._settings.webhook_allow_http),
             events=check_events(events),
             secret=new_secret(),
             status="active",

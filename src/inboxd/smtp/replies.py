@@ -27,6 +27,7 @@ TOO_MANY_SESSIONS = "421 4.7.0 Too many connections, try again later"
 TOO_MANY_FROM_IP = "421 4.7.0 Too many connections from your address, try again later"
 TEMP_FAILURE = "451 4.3.0 Temporary storage failure, try again later"
 TOO_MANY_RECIPIENTS = "452 4.5.3 Too many recipients"
+INSUFFICIENT_STORAGE = "452 4.3.1 Insufficient system storage, try again later"
 
 LINE_TOO_LONG = "500 5.5.2 Line too long"
 UNRECOGNIZED = "500 5.5.2 Command unrecognized"

@@ -1,8 +1,9 @@
 """The SMTP front end: a lean `asyncio.Protocol` that speaks ESMTP for reception only.
 
-Why not aiosmtpd: it reads DATA line by line in Python and tops out near 1k msg/s per core, and
-its replies (size, smuggling, line length) are not ours to name. This protocol scans DATA for
-the terminator in C (`bytearray.find`), so a 4 KB message costs one search and one copy.
+Why not aiosmtpd: it reads DATA line by line in Python, which caps its throughput per core
+(docs/performance.md, "Figures behind the code"), and its replies (size, smuggling, line length)
+are not ours to name. This protocol scans DATA for the terminator in C (`bytearray.find`), so a
+4 KB message costs one search and one copy.
 
 What it guarantees:
 - only `CRLF.CRLF` ends DATA: a bare LF or CR around a dot never does (SMTP smuggling);
@@ -44,7 +45,9 @@ from typing import Any, Protocol, cast
 
 from inboxd.config import Settings
 from inboxd.errors import InboxdError, MessageRejected
+from inboxd.metrics import Metrics
 from inboxd.services.ingest import OFF_LOOP_BYTES, IngestService, Recipient
+from inboxd.services.space import SpaceGuard
 from inboxd.smtp import replies as R
 from inboxd.tasks import TaskSet
 
@@ -137,6 +140,8 @@ class SmtpServer:
         tls: ssl.SSLContext | None = None,
         hooks: HooksFactory | None = None,
         implicit_tls: bool = False,
+        metrics: Metrics | None = None,
+        space: SpaceGuard | None = None,
     ) -> None:
         self.ingest = ingest
         self.settings = settings
@@ -145,6 +150,8 @@ class SmtpServer:
         self.implicit_tls = implicit_tls and tls is not None
         reception = Reception(ingest)
         self.hooks: HooksFactory = hooks or (lambda session: reception)
+        self.metrics = metrics or Metrics()
+        self.space = space
         self.hostname = settings.resolved_smtp_hostname
         self.sessions: set[_Session] = set()
         self.per_ip: dict[str, int] = {}
@@ -187,12 +194,14 @@ class SmtpServer:
         if self.per_ip.get(session.peer, 0) >= settings.smtp_max_sessions_per_ip:
             return R.TOO_MANY_FROM_IP
         self.sessions.add(session)
+        self.metrics.smtp_sessions.inc()
         self.per_ip[session.peer] = self.per_ip.get(session.peer, 0) + 1
         return None
 
     def release(self, session: _Session) -> None:
         if session in self.sessions:
             self.sessions.discard(session)
+            self.metrics.smtp_sessions.dec()
             left = self.per_ip.get(session.peer, 1) - 1
             if left > 0:
                 self.per_ip[session.peer] = left
@@ -250,6 +259,7 @@ class _Session(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if peer else "unknown"
+        self.server.metrics.smtp_connections.inc()
         if self.server.closing:
             self.close(R.SHUTTING_DOWN)
             return
@@ -418,6 +428,8 @@ class _Session(asyncio.Protocol):
         if refusal is not None:
             self.error(refusal)
             return
+        if self._short_of_space(stage="MAIL"):
+            return
         parsed = _path(arg, "FROM:")
         if parsed is None:
             self.error(R.SYNTAX_ERROR)
@@ -494,6 +506,9 @@ class _Session(asyncio.Protocol):
         if arg:
             self.error(R.SYNTAX_ERROR)
             return
+        if self._short_of_space(stage="DATA"):
+            self.reset()
+            return
         self.reply(R.START_DATA)
         self.queue_id = uuid.uuid4().hex[:16]
         limit = self.server.settings.max_message_size
@@ -507,22 +522,26 @@ class _Session(asyncio.Protocol):
                 self._end_data(rest)
 
     async def _deliver(self, message: _Message) -> None:
+        started = time.perf_counter()
+        size = max(0, message.size - message.header)
+        answer = R.TEMP_FAILURE
         try:
             if message.overflow:
-                self.reply(R.TOO_BIG)
+                answer = R.TOO_BIG
                 return
             if message.size > OFF_LOOP_BYTES:
                 async with self.server.big:
                     await self._deliver_message(message)
             else:
                 await self._deliver_message(message)
-            self.reply(R.QUEUED.format(id=self.queue_id))
+            answer = R.QUEUED.format(id=self.queue_id)
         except InboxdError as exc:
-            self.reply(R.reply_for(exc))
+            answer = R.reply_for(exc)
         except Exception:
             log.exception("delivery failed")
-            self.reply(R.TEMP_FAILURE)
         finally:
+            self.reply(answer)
+            self._record(answer, size=size, seconds=time.perf_counter() - started)
             self.reset()
             self.delivering = False
             self.busy = False
@@ -546,11 +565,47 @@ class _Session(asyncio.Protocol):
             raise MessageRejected(code="too_big")
         return raw
 
+    def _short_of_space(self, *, stage: str) -> bool:
+        """Answer 452 when free space is under INBOXD_MIN_FREE_BYTES (the sender retries later)."""
+        space = self.server.space
+        if space is None or not space.low():
+            return False
+        self.reply(R.INSUFFICIENT_STORAGE)
+        self._record(R.INSUFFICIENT_STORAGE, size=0, seconds=0.0, stage=stage)
+        return True
+
+    def _record(self, answer: str, *, size: int, seconds: float, stage: str = "DATA") -> None:
+        """The transaction's metrics and its one log line (never the message, never AUTH)."""
+        code = answer[:3]
+        outcome = "accepted" if code == "250" else "deferred" if code[0] == "4" else "rejected"
+        metrics = self.server.metrics
+        metrics.smtp_transactions.labels(outcome, code).inc()
+        if outcome == "accepted":
+            metrics.smtp_bytes.inc(size)
+            metrics.smtp_ingest.observe(seconds)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "smtp transaction %s",
+                outcome,
+                extra={
+                    "fields": {
+                        "client": self.peer,
+                        "from": self.sender if self.sender is not None else "-",
+                        "mailbox": ",".join(r.mailbox.address for r in self.recipients) or "-",
+                        "size": size,
+                        "stage": stage,
+                        "reply": answer,
+                        "ms": round(seconds * 1000, 2),
+                    }
+                },
+            )
+
     def _received(self, queue_id: str) -> bytes:
         proto = "ESMTP" if self.esmtp else "SMTP"
         if self.secure:
             proto += "S"
-        single = f"\r\n\tfor <{self.recipients[0].mailbox.address}>" if len(self.recipients) == 1 else ""
+        # RFC 5321 4.4: the recipient path as sent, when there is exactly one (never the sandbox's own address).
+        single = f"\r\n\tfor <{self.envelope[0]}>" if len(self.envelope) == 1 else ""
         stamp = format_datetime(datetime.now(UTC))
         helo = (self.helo or "unknown").replace("\r", "").replace("\n", "")
         return (

@@ -206,20 +206,23 @@ class _SubmissionSession:
         listener, session = self.listener, self.session
         key = _FAILURE_KEY + username.strip().lower()
         try:
-            await listener.admission.check_sign_in(key, client=session.peer)
+            # Entered as a failure before the password check, so concurrent guesses count at once.
+            attempt = await listener.admission.reserve_sign_in(key, client=session.peer)
         except RateLimited:
             session.close(R.AUTH_TOO_MANY)
             return
         try:
             submitter = await listener.sandboxes.authenticate(username, password)
         except Unauthorized:
-            await listener.admission.sign_in_failed(key, client=session.peer)
             session.error(R.AUTH_FAILED)
             return
-        except Forbidden:
+        except BaseException as exc:
+            await listener.admission.release_sign_in(attempt)
+            if not isinstance(exc, Forbidden):
+                raise
             session.error(R.AUTH_PRO_REQUIRED)
             return
-        await listener.admission.sign_in_succeeded(key, client=session.peer)
+        await listener.admission.sign_in_succeeded(attempt)
         self.submitter, self.target = submitter, None
         session.reply(R.AUTH_OK)
 

@@ -61,6 +61,12 @@ class Tx(Protocol):
 
 class Database(Protocol):
     dialect: str
+    # Called with the number of units in each group commit (the metrics' batch histogram).
+    on_batch: Callable[[int], None] | None
+
+    def pool_usage(self) -> tuple[int, int, int]:
+        """(connections held, connections in use, units of work waiting for the writer)."""
+        ...
 
     async def read(self, work: Work[T]) -> T: ...
     async def write(self, work: Work[T]) -> T: ...
@@ -155,6 +161,11 @@ class SqliteDatabase:
     """SQLite in WAL mode with `synchronous=FULL`: one group-committing writer thread, reads on the loop."""
 
     dialect = "sqlite"
+    on_batch: Callable[[int], None] | None = None
+
+    def pool_usage(self) -> tuple[int, int, int]:
+        # One writer connection and one reader, both always held; reads run on the event loop.
+        return 2, 1, self._queue.qsize()
 
     def __init__(self, path: str) -> None:
         self._path = path
@@ -247,6 +258,8 @@ class SqliteDatabase:
                 _settle(job, None, StorageError("The database is closed."))
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
+        if self.on_batch is not None:
+            self.on_batch(len(batch))
         outcomes: list[tuple[Any, BaseException | None]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -356,6 +369,11 @@ class PostgresDatabase:
     """
 
     dialect = "postgresql"
+    on_batch: Callable[[int], None] | None = None
+
+    def pool_usage(self) -> tuple[int, int, int]:
+        size = int(self._pool.get_size())
+        return size, size - int(self._pool.get_idle_size()), self._queue.qsize()
 
     def __init__(self, pool: Any) -> None:
         self._pool = pool
@@ -412,6 +430,8 @@ class PostgresDatabase:
                 return
 
     async def _run_batch(self, batch: list[tuple[Work[Any], asyncio.Future[Any]]]) -> None:
+        if self.on_batch is not None:
+            self.on_batch(len(batch))
         outcomes: list[tuple[Any, BaseException | None]] = []
         try:
             async with self._pool.acquire() as conn, conn.transaction():

@@ -242,3 +242,24 @@ async def forget_mailbox(tx: Tx, mailbox_id: str) -> None:
             mailbox_id,
         )
     await tx.execute("DELETE FROM message_search WHERE mailbox_id = ?", mailbox_id)
+
+
+# What the index rows hold and how they are keyed; a change of it rebuilds the index at start.
+FORMAT = "2"  # 2: FTS5 rowid from created_at, a mailbox word in every document
+
+
+async def rebuild_if_stale(tx: Tx) -> bool:
+    """Empty the index and flag every message for indexing when it was built by another format;
+    True when it did."""
+    if await tx.fetchval("SELECT value FROM meta WHERE key = 'search_format'") == FORMAT:
+        return False
+    if tx.dialect != "postgresql":
+        await tx.execute("DELETE FROM message_fts")
+    await tx.execute("DELETE FROM message_search")
+    await tx.execute("UPDATE messages SET indexed = 0 WHERE indexed = 1")
+    await tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('search_format', ?) ON CONFLICT (key) DO UPDATE SET value = ?",
+        FORMAT,
+        FORMAT,
+    )
+    return True

@@ -300,3 +300,8 @@ async def _prune_deliveries(tx: Tx, webhook_id: str, *, keep: int) -> None:
     )
     if cutoff is not None:
         await tx.execute("DELETE FROM webhook_deliveries WHERE webhook_id = ? AND created_at <= ?", webhook_id, cutoff)
+
+
+async def queue_depth(tx: Tx) -> int:
+    """Webhook jobs waiting, due now or scheduled for a retry (the metrics' queue depth)."""
+    return int(await tx.fetchval("SELECT count(*) FROM webhook_jobs"))

@@ -19,6 +19,8 @@ class NavItem:
 NAV: list[NavItem] = [
     NavItem("Mailboxes", "/mailboxes"),
     NavItem("Sandbox", "/sandbox", pro=True),
+    NavItem("Domains", "/domains", pro=True),
+    NavItem("Webhooks", "/webhooks", pro=True),
     NavItem("Account", "/account"),
 ]
 

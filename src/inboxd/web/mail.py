@@ -212,10 +212,9 @@ async def message(request: Request, call: WebCall) -> Response:
         html_src=f"{base}/html" + ("?" + urlencode({"remote": "1"}) if remote else ""),
         base=base,
         envelope=envelope,
-        # TODO(testkit): the detail gains to, cc and headers; until it lands on main they read as empty.
-        to_line=getattr(detail, "to", ""),
-        cc_line=getattr(detail, "cc", ""),
-        headers=getattr(detail, "headers", ()),
+        to_line=detail.to,
+        cc_line=detail.cc,
+        headers=detail.headers,
     )
 
 

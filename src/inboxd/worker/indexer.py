@@ -101,6 +101,11 @@ class SearchIndexer:
             self._task = None
 
     async def _run(self) -> None:
+        try:
+            if await self._db.write(search.rebuild_if_stale):
+                log.info("search index format changed: indexing every message again")
+        except Exception:
+            log.exception("checking the search index format failed; indexing goes on")
         while True:
             self._wake.clear()
             try:

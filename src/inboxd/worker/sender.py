@@ -128,7 +128,8 @@ class WebhookSender:
     async def _attempt(self, url: str, *, event_id: str, body: bytes, secret: str, timestamp: int) -> int:
         assert self._session is not None, "the sender is not started"
         parsed = yarl.URL(url)
-        if parsed.scheme != "https" or not parsed.raw_host or parsed.port is None:
+        allowed = ("https", "http") if self._settings.webhook_allow_http else ("https",)
+        if parsed.scheme not in allowed or not parsed.raw_host or parsed.port is None:
             raise aiohttp.InvalidURL(url)
         target = await resolve_checked(parsed.raw_host, parsed.port, allow_private=self._settings.webhook_allow_private)
         self._resolver.pin(target)

@@ -23,8 +23,10 @@ import random
 import uuid
 from collections.abc import Callable
 from functools import partial
+from urllib.parse import urlsplit
 
 from inboxd.config import Settings
+from inboxd.metrics import Metrics
 from inboxd.model import Delivery
 from inboxd.store import webhooks as store
 from inboxd.store.db import Database
@@ -47,8 +49,10 @@ class WebhookWorker:
         settings: Settings,
         clock: Callable[[], float],
         rng: random.Random | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._db = db
+        self._metrics = metrics or Metrics()
         self._sender = sender
         self._settings = settings
         self._clock = clock
@@ -158,6 +162,7 @@ class WebhookWorker:
                 created_at=started_at,
             )
             retry_at = None if outcome.error is None else self._retry_at(job, number)
+            self._observe(job, delivery, retry_at)
             result = await self._db.write(
                 partial(
                     store.record_attempt,
@@ -181,6 +186,29 @@ class WebhookWorker:
                 self._wake.set()
             self._inflight.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
 
+    def _observe(self, job: store.ClaimedJob, delivery: Delivery, retry_at: float | None) -> None:
+        """The attempt's metrics and its one log line: the URL without its query, never the secret."""
+        ok = delivery.error is None
+        self._metrics.webhook_deliveries.labels("ok" if ok else "failed").inc()
+        self._metrics.webhook_latency.observe(delivery.duration_ms / 1000)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "webhook attempt %s",
+                "ok" if ok else "failed",
+                extra={
+                    "fields": {
+                        "webhook": job.webhook_id,
+                        "event": job.event_id,
+                        "url": _without_query(job.url),
+                        "attempt": delivery.attempt,
+                        "status": delivery.status_code,
+                        "error": delivery.error or "-",
+                        "ms": delivery.duration_ms,
+                        "retry_in": "-" if retry_at is None else f"{max(0.0, retry_at - self._clock()):.0f}s",
+                    }
+                },
+            )
+
     def _retry_at(self, job: store.ClaimedJob, attempts_made: int) -> float | None:
         """When the next attempt falls due, or None when that was the last one."""
         schedule = self._settings.webhook_retry_schedule
@@ -188,3 +216,13 @@ class WebhookWorker:
             return None
         delay = schedule[attempts_made] * self._random.uniform(1 - JITTER, 1 + JITTER)
         return max(job.event_at + delay, self._clock())
+
+
+def _without_query(url: str) -> str:
+    """`scheme://host[:port]/path`: a query or credentials could carry a receiver's secret."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"

@@ -1,0 +1,206 @@
+"""`inboxd doctor`: check the configuration and the world around inboxd, in plain words.
+
+Each check answers ok, warn or fail with one sentence of what was found and, when something is
+wrong, what to do. Nothing is changed: the database is opened read-only (no migration), ports
+are bound and let go at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from inboxd.config import Settings
+from inboxd.services.space import free_bytes
+
+Level = Literal["ok", "warn", "fail"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    check: str
+    level: Level
+    text: str
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1_000_000:,.0f} MB"
+
+
+def check_config(settings: Settings) -> list[Finding]:
+    out: list[Finding] = []
+    if not settings.public_domains:
+        out.append(Finding("config", "fail", "INBOXD_PUBLIC_DOMAINS is empty: no mailbox could be created."))
+    for name in ("smtp_tls_cert", "smtp_tls_key", "webhook_ca_file"):
+        value = getattr(settings, name)
+        if value and not Path(value).is_file():
+            out.append(Finding("config", "fail", f"INBOXD_{name.upper()} names {value}, which is not a readable file."))
+    if settings.smtp_tls_key and not settings.smtp_tls_cert:
+        out.append(Finding("config", "fail", "INBOXD_SMTP_TLS_KEY is set without INBOXD_SMTP_TLS_CERT."))
+    if not settings.base_url.startswith(("http://", "https://")):
+        out.append(Finding("config", "fail", f"INBOXD_BASE_URL {settings.base_url!r} is not an http(s) URL."))
+    if settings.webhook_allow_http:
+        out.append(
+            Finding(
+                "config", "warn", "INBOXD_WEBHOOK_ALLOW_HTTP is on: webhooks may go out unencrypted (development only)."
+            )
+        )
+    if not out:
+        out.append(
+            Finding("config", "ok", f"configuration read; public domains: {', '.join(settings.public_domains)}.")
+        )
+    return out
+
+
+def check_data_dir(settings: Settings) -> list[Finding]:
+    path = settings.data_dir
+    probe = path if path.exists() else path.parent
+    if not probe.exists():
+        return [Finding("data dir", "fail", f"{path} does not exist, nor does its parent; create it.")]
+    if not os.access(probe, os.W_OK):
+        return [Finding("data dir", "fail", f"{probe} is not writable by this user (uid {os.getuid()}).")]
+    free = free_bytes(probe)
+    if settings.min_free_bytes and free < settings.min_free_bytes:
+        return [
+            Finding(
+                "disk",
+                "fail",
+                f"only {_mb(free)} free under {probe}, below INBOXD_MIN_FREE_BYTES ({_mb(settings.min_free_bytes)}): "
+                "inboxd would refuse mail (452) and API writes (507).",
+            )
+        ]
+    return [Finding("data dir", "ok", f"{path} is writable; {_mb(free)} free.")]
+
+
+def check_database(settings: Settings) -> list[Finding]:
+    if settings.is_postgres:
+        try:
+            import psycopg
+
+            with psycopg.connect(_psycopg_url(settings.resolved_database_url), connect_timeout=5) as pg:
+                pg.execute("SELECT 1")
+        except Exception as exc:
+            return [Finding("database", "fail", f"cannot reach PostgreSQL: {_first_line(exc)}")]
+        return [Finding("database", "ok", "PostgreSQL answers.")]
+    path = Path(settings.resolved_database_url.removeprefix("sqlite:///"))
+    if not path.exists():
+        return [Finding("database", "ok", f"no database yet at {path}; inboxd creates it at first start.")]
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            result = conn.execute("PRAGMA quick_check").fetchone()
+            version = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return [Finding("database", "fail", f"{path} cannot be read as a SQLite database: {exc}.")]
+    if result != ("ok",):
+        return [Finding("database", "fail", f"{path} failed SQLite's quick check: {result}. Restore a backup.")]
+    return [Finding("database", "ok", f"SQLite at {path} is sound (schema {version[0] if version else 'none'}).")]
+
+
+def _psycopg_url(url: str) -> str:
+    return "postgresql://" + url.split("://", 1)[1]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def check_redis(settings: Settings) -> list[Finding]:
+    if not settings.redis_url:
+        return [Finding("redis", "ok", "not configured: limits and events stay in this process.")]
+
+    async def ping() -> None:
+        import redis.asyncio as redis
+
+        client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=3)
+        try:
+            await client.ping()
+        finally:
+            await client.aclose()
+
+    try:
+        asyncio.run(ping())
+    except Exception as exc:
+        return [Finding("redis", "fail", f"cannot reach Redis at INBOXD_REDIS_URL: {_first_line(exc)}")]
+    return [Finding("redis", "ok", "Redis answers.")]
+
+
+def check_dns(settings: Settings) -> list[Finding]:
+    import dns.asyncresolver
+    import dns.exception
+    import dns.resolver
+
+    from inboxd.dns import parse_nameserver
+
+    async def ask() -> str:
+        resolver = dns.asyncresolver.Resolver(configure=not settings.dns_nameservers)
+        if settings.dns_nameservers:
+            resolver.nameservers = [parse_nameserver(s) for s in settings.dns_nameservers]
+        resolver.lifetime = settings.dns_timeout
+        try:
+            answer = await resolver.resolve(settings.resolved_mx_host, "A", search=False)
+        except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
+            return "missing"
+        return ", ".join(r.to_text() for r in answer)
+
+    where = ", ".join(settings.dns_nameservers) or "the system's resolver"
+    try:
+        found = asyncio.run(ask())
+    except (dns.exception.DNSException, OSError) as exc:
+        return [
+            Finding(
+                "dns",
+                "fail",
+                f"{where} did not answer ({_first_line(exc)}): custom domains could never be verified. "
+                "Check INBOXD_DNS_NAMESERVERS.",
+            )
+        ]
+    if found == "missing":
+        return [
+            Finding(
+                "dns",
+                "warn",
+                f"{where} answers, but {settings.resolved_mx_host} (INBOXD_MX_HOST) has no address: "
+                "mail for custom domains pointed at it would not arrive.",
+            )
+        ]
+    return [Finding("dns", "ok", f"{where} answers; {settings.resolved_mx_host} is {found}.")]
+
+
+def check_port(label: str, variable: str, host: str, port: int) -> Finding:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                why = "is already in use (another inboxd, or another program, listens there)"
+            elif exc.errno == errno.EACCES:
+                why = "needs privileges (ports under 1024 need root or CAP_NET_BIND_SERVICE)"
+            elif exc.errno == errno.EADDRNOTAVAIL:
+                why = "is on an address this machine does not have"
+            else:
+                why = f"cannot be bound ({exc.strerror})"
+            return Finding(label, "fail", f"{host}:{port} {why}; change {variable} or free the port.")
+    return Finding(label, "ok", f"{host}:{port} is free.")
+
+
+def run_checks(settings: Settings) -> list[Finding]:
+    findings = check_config(settings)
+    findings += check_data_dir(settings)
+    findings += check_database(settings)
+    findings += check_redis(settings)
+    findings += check_dns(settings)
+    findings.append(check_port("http port", "INBOXD_HTTP_PORT", settings.http_host, settings.http_port))
+    findings.append(check_port("smtp port", "INBOXD_SMTP_PORT", settings.smtp_host, settings.smtp_port))
+    return findings
