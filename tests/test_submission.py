@@ -361,7 +361,7 @@ async def test_starttls_then_login(start: Start, certs: Certs) -> None:
     assert await asyncio.to_thread(box.send, ["x@example.org"], raw, context=context) == {}
     source = await http.get(f"/api/user/sandbox/messages/{(await box.messages())[0]['id']}/source", headers=box.auth())
     head = source.content.split(b"\r\n\r\n")[0]
-    assert b"with ESMTPS" in head and b"for <x@example.org>" in head and b"sandbox.invalid" not in head
+    assert b"with ESMTPSA" in head and b"for <x@example.org>" in head and b"sandbox.invalid" not in head
 
     # The receiving port offers STARTTLS too.
     client = await RawSmtp.connect(server.smtp_port)

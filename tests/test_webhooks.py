@@ -559,7 +559,7 @@ async def test_job_in_flight_when_the_process_dies_is_retried(
             while len(lines) < 3:
                 lines.append((await child.stdout.readline()).decode().strip())
         http_url = lines[0].split("HTTP on ")[1].split()[0]
-        smtp_port = int(lines[0].rsplit(":", 1)[1])
+        smtp_port = int(lines[0].split("SMTP on ")[1].split()[0].rsplit(":", 1)[1])
         token = lines[2]
         async with httpx.AsyncClient(base_url=http_url, timeout=30) as http:
             auth = {"Authorization": f"Bearer {token}"}

@@ -221,6 +221,7 @@ class Inboxd:
             await implicit.start(_bind(settings.submission_host, settings.submissions_port))
             self._stack.push_async_callback(implicit.stop)
         services.sandboxes.listening(port=self.submission_port, tls_port=self.submissions_port)
+        services.mailboxes.listening(smtp_port=self.smtp_port)
 
     async def _build_services(self, db: Database, bus: EventBus) -> Services:
         settings, clock = self.settings, self.clock

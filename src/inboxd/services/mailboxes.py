@@ -86,6 +86,16 @@ class MailboxService:
             )
             for i, name in enumerate(settings.public_domains)
         ]
+        self._smtp_port = settings.smtp_port
+
+    def listening(self, *, smtp_port: int) -> None:
+        """The port the receiving listener bound (it differs from the settings when they ask for 0)."""
+        self._smtp_port = smtp_port
+
+    @property
+    def smtp_endpoint(self) -> tuple[str, int]:
+        """Where senders deliver mail for these mailboxes, as the dashboard tells a newcomer."""
+        return self._settings.resolved_smtp_hostname, self._smtp_port
 
     def public_domains(self) -> list[PublicDomain]:
         return self._public
@@ -131,6 +141,8 @@ class MailboxService:
         )
 
         async def insert(tx: Tx) -> None:
+            # Several processes may create for one user at once: count under the user's row lock.
+            await user_store.lock_user(tx, user.id)
             if await store.count_for_user(tx, user.id) >= cap:
                 raise Forbidden(f"This plan allows {cap} mailboxes.", code="account_limit_reached")
             if await store.get_by_address(tx, address) is not None:

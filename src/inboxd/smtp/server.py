@@ -98,6 +98,11 @@ class SessionHooks(Protocol):
         """The session restarted under TLS: forget what was said before it."""
         ...
 
+    @property
+    def authenticated(self) -> bool:
+        """Whether the client authenticated (`Received:` then says ESMTPA, RFC 3848)."""
+        ...
+
 
 class Reception:
     """The receiving listener's hooks: RCPT names a mailbox; nothing to add to the protocol."""
@@ -124,6 +129,10 @@ class Reception:
 
     def tls_started(self) -> None:
         return None
+
+    @property
+    def authenticated(self) -> bool:
+        return False
 
 
 HooksFactory = Callable[["_Session"], SessionHooks]
@@ -604,6 +613,8 @@ class _Session(asyncio.Protocol):
         proto = "ESMTP" if self.esmtp else "SMTP"
         if self.secure:
             proto += "S"
+        if self.hooks.authenticated:
+            proto += "A"
         # RFC 5321 4.4: the recipient path as sent, when there is exactly one (never the sandbox's own address).
         single = f"\r\n\tfor <{self.envelope[0]}>" if len(self.envelope) == 1 else ""
         stamp = format_datetime(datetime.now(UTC))

@@ -126,6 +126,10 @@ class _SubmissionSession:
             await self.listener.admission.count(self.target.user)
         self.target = None
 
+    @property
+    def authenticated(self) -> bool:
+        return self.submitter is not None
+
     def tls_started(self) -> None:
         self.submitter = None
         self.target = None

@@ -143,14 +143,14 @@ async def _inbox_context(request: Request, call: WebCall, mailbox: Mailbox | Non
 @page()
 async def inbox(request: Request, call: WebCall) -> Response:
     context = await _inbox_context(request, call)
-    settings = call.services.settings
+    smtp_host, smtp_port = call.services.mailboxes.smtp_endpoint
     return render(
         request,
         call,
         "mailbox.html",
         **context,
-        smtp_host=settings.resolved_smtp_hostname,
-        smtp_port=settings.smtp_port,
+        smtp_host=smtp_host,
+        smtp_port=smtp_port,
         notice=_NOTICES.get(request.query_params.get("notice", ""), ""),
     )
 
