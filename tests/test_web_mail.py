@@ -179,6 +179,8 @@ async def test_live_inbox_and_message_tabs(start_web: StartWeb) -> None:
     await expect(page.get_by_role("status")).to_have_text("The message was deleted.")
     await expect(page.get_by_role("row", name=re.compile("Your order has shipped"))).to_have_count(0)
     await expect(page.locator("#unread-count")).to_have_text("3 unread")
+    await page.get_by_role("button", name="Mark all read").click()
+    await expect(page.locator("#unread-count")).to_have_text("0 unread")
 
 
 async def test_live_inbox_reconnects_and_catches_up(start_web: StartWeb) -> None:

@@ -285,6 +285,13 @@ async def mark(request: Request, call: WebCall) -> Response:
 
 
 @page()
+async def mark_all_read(request: Request, call: WebCall) -> Response:
+    mailbox = await _mailbox(call, request)
+    await call.services.messages.mark_many_read(mailbox, ids=None, all_=True)
+    return redirect(f"/mailboxes/{mailbox.id}")
+
+
+@page()
 async def delete_message(request: Request, call: WebCall) -> Response:
     mailbox = await _mailbox(call, request)
     await call.services.messages.delete(mailbox, request.path_params["message"])
@@ -298,6 +305,7 @@ routes = [
     Route("/mailboxes/{mailbox}", inbox, methods=["GET"]),
     Route("/mailboxes/{mailbox}/rows", inbox_rows, methods=["GET"]),
     Route("/mailboxes/{mailbox}/live-token", live_token, methods=["POST"]),
+    Route("/mailboxes/{mailbox}/read-all", mark_all_read, methods=["POST"]),
     Route("/mailboxes/{mailbox}/delete", confirm_delete_mailbox, methods=["GET"]),
     Route("/mailboxes/{mailbox}/delete", delete_mailbox, methods=["POST"]),
     Route("/mailboxes/{mailbox}/password", password_form, methods=["GET"]),
