@@ -103,6 +103,9 @@ class IngestService:
             if found is None and not self._is_public(domain) and not await self._serves(domain):
                 raise MessageRejected(code="relay_denied")
             raise MessageRejected(code="unknown_recipient")
+        if found.user_status != "active":
+            # A suspended user's mailboxes exist but take no mail until the user is reactivated.
+            raise MessageRejected(code="mailbox_disabled")
         mailbox = found.mailbox
         if mailbox.used >= mailbox.quota or (declared_size and mailbox.used + declared_size > mailbox.quota):
             raise MessageRejected(code="mailbox_full")
