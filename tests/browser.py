@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, BrowserContext, Page, async_playwright
+from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect
 
 from inboxd.app import Inboxd
 from inboxd.model import User
@@ -28,6 +28,8 @@ from tests.conftest import Clock
 CHROMIUM = os.environ.get("INBOXD_TEST_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).parent / "artifacts"
 WIDTHS = (1280, 375)
+# The machine may be busy: assertions wait up to 15 s for the page (5 s by default) before failing.
+expect.set_options(timeout=15_000)
 
 
 def free_port() -> int:

@@ -30,7 +30,7 @@ from inboxd.store import migrate
 from inboxd.store.schema import metadata
 
 # Browser fixtures (Playwright with Debian's chromium), for the dashboard's tests.
-pytest_plugins = ["tests.browser"]
+pytest_plugins = ["tests.browser", "pytester"]
 
 # Every inboxd a test starts, in this process or as a child that inherits the environment, binds
 # its submission listener to a free port: the default 2587 would collide between parallel runs.

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import base64
+import email.parser
+import email.policy
 import random
 import time
 from email import policy
 from email.message import EmailMessage
+from typing import Any
 
 from inboxd.mail.parse import (
     ParsedAttachment,
@@ -618,7 +621,20 @@ def test_random_mutations_of_a_valid_message() -> None:
         assert len(parsed.summary.preview_text) <= 100
 
 
-def test_report_timings() -> None:
+def _best_of(function: Any, raw: bytes, *, rounds: int = 40, batches: int = 5) -> float:
+    """The fastest batch's time per call: the least disturbed by whatever else the machine runs."""
+    best = float("inf")
+    for _ in range(batches):
+        started = time.perf_counter()
+        for _ in range(rounds):
+            function(raw)
+        best = min(best, (time.perf_counter() - started) / rounds)
+    return best
+
+
+def test_walker_is_faster_than_the_stdlib_parser() -> None:
+    """The reason the hand-written walker exists (see mail/parse.py): it must stay well ahead of
+    `BytesParser`, measured side by side on the same message; figures in docs/performance.md."""
     message = EmailMessage()
     message["From"] = "Jörg Müller <joerg@example.com>"
     message["To"] = "rcpt@example.com"
@@ -627,13 +643,12 @@ def test_report_timings() -> None:
     message.add_alternative("<html><body>" + "<p>Hello <b>there</b></p>\n" * 60 + "</body></html>", subtype="html")
     message.add_attachment(PNG, maintype="image", subtype="png", filename="a.png")
     raw = smtp_bytes(message)
-    for function in (parse_summary, parse_message):
-        rounds = 300
-        started = time.perf_counter()
-        for _ in range(rounds):
-            function(raw)
-        elapsed = (time.perf_counter() - started) / rounds * 1e6
-        print(f"{function.__name__}: {elapsed:.0f} µs per call on {len(raw)} bytes")
+    stdlib = email.parser.BytesParser(policy=email.policy.default)
+    baseline = _best_of(lambda data: list(stdlib.parsebytes(data).walk()), raw)
+    summary = _best_of(parse_summary, raw)
+    full = _best_of(parse_message, raw)
+    assert summary < baseline / 3, (summary, baseline)
+    assert full < baseline, (full, baseline)
 
 
 def test_recipients_and_headers_in_order_decoded() -> None:

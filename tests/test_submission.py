@@ -284,10 +284,24 @@ async def test_revoked_token_and_suspended_user_stop_at_once(harness: Harness, s
 
 
 @sqlite_only
-async def test_free_user_is_refused(harness: Harness) -> None:
+async def test_free_user_is_refused(harness: Harness, sandbox: Sandbox) -> None:
+    services = harness.server.services
     token = await harness.new_user("free")
     response = await harness.http.get("/api/user/sandbox", headers=harness.auth(token))
     assert response.status_code == 403 and response.json()["error"] == "pro_required"
+    # Right credentials of a free user (its sandbox made directly: the API will not show it).
+    free = (await services.users.authenticate(token, services.mailbox_tokens)).user
+    username = (await services.sandboxes.of(free)).username
+    client = await RawSmtp.connect(sandbox.port)
+    await client.cmd("EHLO app")
+    assert await client.cmd(f"AUTH PLAIN {plain(username, token)}") == "535 5.7.8 The SMTP sandbox needs a Pro account"
+    # A Pro user downgraded while its session is open: the next message is refused.
+    assert (await client.cmd(f"AUTH PLAIN {plain(sandbox.username, sandbox.token)}"))[:3] == "235"
+    pro = (await services.users.authenticate(sandbox.token, services.mailbox_tokens)).user
+    await services.users.set_user(pro.email, plan="free")
+    assert (await client.cmd("MAIL FROM:<a@example.com>"))[:3] == "250"
+    assert (await client.cmd("RCPT TO:<x@example.org>")).startswith("535 ")
+    await client.close()
 
 
 @sqlite_only
@@ -347,7 +361,7 @@ async def test_starttls_then_login(start: Start, certs: Certs) -> None:
     assert await asyncio.to_thread(box.send, ["x@example.org"], raw, context=context) == {}
     source = await http.get(f"/api/user/sandbox/messages/{(await box.messages())[0]['id']}/source", headers=box.auth())
     head = source.content.split(b"\r\n\r\n")[0]
-    assert b"with ESMTPS" in head and b"for <x@example.org>" in head and b"sandbox.invalid" not in head
+    assert b"with ESMTPSA" in head and b"for <x@example.org>" in head and b"sandbox.invalid" not in head
 
     # The receiving port offers STARTTLS too.
     client = await RawSmtp.connect(server.smtp_port)

@@ -137,3 +137,56 @@ async def test_session_slides_and_expires(start_web: StartWeb) -> None:
     await page.goto("/account")
     await expect(page).to_have_url(re.compile(r"/auth/sign-in\?next=%2Faccount&reason=expired$"))
     await expect(page.get_by_role("status")).to_contain_text("Your session has ended")
+
+
+async def test_admin_changes_plan_and_suspends_a_user(start_web: StartWeb) -> None:
+    web = await start_web()
+    sam = await web.user("sam@example.test", plan="free")
+    sam_token = (await web.services.users.create_token(sam, "laptop")).value
+    sam_page = await web.new_page(width=375)
+    await web.sign_in(sam_page, "sam@example.test")
+    await expect(sam_page.get_by_role("link", name="Users")).to_have_count(0)
+    await sam_page.goto("/admin/users")
+    await expect(sam_page.get_by_role("heading", name="Not allowed")).to_be_visible()
+    assert (await web.http.get("/api/user/me", headers={"Authorization": f"Bearer {sam_token}"})).status_code == 403
+
+    admin = await web.new_page()
+    await web.sign_in(admin, "admin@localhost")
+    await admin.get_by_role("link", name="Users").click()
+    await admin.get_by_label("Search by email").fill("SAM@")
+    await admin.get_by_role("button", name="Search").click()
+    await expect(admin.get_by_role("row")).to_have_count(2)  # the header and sam
+    await web.screenshot(admin, "admin-users")
+    await admin.get_by_role("link", name="sam@example.test").click()
+    await admin.get_by_label("Plan", exact=True).select_option("pro")
+    await admin.get_by_role("button", name="Save").click()
+    await expect(admin.get_by_role("status")).to_have_text("Saved.")
+    me = await web.http.get("/api/user/me", headers={"Authorization": f"Bearer {sam_token}"})
+    assert me.status_code == 200 and me.json()["plan"] == "pro"
+    await expect(admin.get_by_text("1 device")).to_be_visible()
+
+    admin.once("dialog", lambda dialog: dialog.accept())
+    await admin.get_by_label("Status", exact=True).select_option("suspended")
+    await admin.get_by_role("button", name="Save").click()
+    await expect(admin.locator(".badge-suspended")).to_be_visible()
+    await expect(admin.get_by_text("0 devices")).to_be_visible()
+    await web.screenshot(admin, "admin-user")
+    revoked = await web.http.get("/api/user/me", headers={"Authorization": f"Bearer {sam_token}"})
+    assert revoked.status_code == 401 and revoked.json()["error"] == "account_revoked"
+    await sam_page.goto("/account")
+    await expect(sam_page).to_have_url(re.compile(r"/auth/sign-in\?next=%2Faccount&reason=expired$"))
+
+    # An admin cannot lock themselves out.
+    me_admin = await web.services.users.user_by_email("admin@localhost")
+    await admin.goto(f"/admin/users/{me_admin.id}")
+    await expect(admin.get_by_label("Status", exact=True)).to_be_disabled()
+    own = await admin.evaluate(
+        """async (id) => {
+            const form = new URLSearchParams({csrf_token: document.querySelector('[name=csrf_token]').value,
+                                              status: 'suspended'});
+            return (await fetch('/admin/users/' + id, {method: 'POST', body: form})).status;
+        }""",
+        me_admin.id,
+    )
+    assert own == 403
+    assert (await web.services.users.user_by_email("admin@localhost")).status == "active"

@@ -7,10 +7,13 @@ import asyncio
 import base64
 import re
 import smtplib
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from email.message import EmailMessage
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -176,6 +179,8 @@ async def test_live_inbox_and_message_tabs(start_web: StartWeb) -> None:
     await expect(page.get_by_role("status")).to_have_text("The message was deleted.")
     await expect(page.get_by_role("row", name=re.compile("Your order has shipped"))).to_have_count(0)
     await expect(page.locator("#unread-count")).to_have_text("3 unread")
+    await page.get_by_role("button", name="Mark all read").click()
+    await expect(page.locator("#unread-count")).to_have_text("0 unread")
 
 
 async def test_live_inbox_reconnects_and_catches_up(start_web: StartWeb) -> None:
@@ -380,3 +385,44 @@ async def test_search_box_filters_the_inbox(start_web: StartWeb) -> None:
     await expect(page.get_by_text("No message matches “nothingmatches”.")).to_be_visible()
     await page.get_by_role("link", name="Clear").click()
     await expect(page.get_by_role("row", name=re.compile("Invoice"))).to_be_visible()
+
+
+async def test_the_empty_state_example_runs_as_shown(start_web: StartWeb, tmp_path: Path) -> None:
+    """A newcomer copies the Python example from the empty inbox, runs it, and sees the mail arrive live."""
+    web = await start_web()
+    await web.user("jo@example.test")
+    page = await web.new_page()
+    await web.sign_in(page, "jo@example.test")
+    await new_mailbox(web, page, "jo")
+    await expect(page.locator("#live-status")).to_have_text("Live")
+    example = await page.locator(".snippet").nth(1).inner_text()
+    script = tmp_path / "example.py"
+    script.write_text(example)
+    done = await asyncio.to_thread(subprocess.run, [sys.executable, str(script)], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    await expect(page.get_by_role("row", name=re.compile("Hello"))).to_be_visible(timeout=5000)
+
+
+async def test_a_malformed_message_opens_in_every_tab(start_web: StartWeb) -> None:
+    web = await start_web()
+    await web.user("kim@example.test")
+    page = await web.new_page()
+    await web.sign_in(page, "kim@example.test")
+    address = await new_mailbox(web, page, "kim")
+    raw = (
+        b"From: =?x-unknown?B?////?= <broken\r\nSubject: =?utf-8?Q?broken=ZZ?= \xff\xfe\r\n"
+        b'Content-Type: multipart/mixed; boundary="b"\r\n\r\n--b\r\nContent-Type: text/html; charset=bogus\r\n'
+        b"Content-Transfer-Encoding: base64\r\n\r\n!!!not base64!!!\r\n--b\r\nContent-Type: image/png\r\n"
+        b"Content-Disposition: attachment; filename*=utf-8''%FF%FE.png\r\n\r\nxx\r\n"
+    )
+    await send(web, address, raw)
+    row = page.locator("#message-rows tr").first
+    await expect(row).to_be_visible(timeout=5000)
+    await row.get_by_role("link").click()
+    base = page.url
+    for tab in ("html", "text", "headers", "source"):
+        response = await page.goto(f"{base}?tab={tab}")
+        assert response is not None and response.status == 200, tab
+    for path in ("/html", "/source", "/attachments/0"):
+        fetched = await page.request.get(base + path)
+        assert fetched.status == 200, path

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import smtplib
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -313,6 +314,43 @@ async def test_downgraded_users_webhooks_stop_firing(start: Start, receiver: Rec
     assert len(await deliveries(h, hook["id"], token)) == 1
 
 
+async def test_suspended_users_mailboxes_refuse_mail_and_fire_no_webhook(start: Start, receiver: Receiver) -> None:
+    h = await start()
+    token = await h.new_user("pro", email="held@example.test")
+    hook = await create_webhook(h, receiver.url("/held"), token=token)
+    box = await h.new_mailbox(token)
+    users = h.server.services.users
+    await users.set_user("held@example.test", status="suspended")
+    with pytest.raises(smtplib.SMTPRecipientsRefused) as refused:
+        await h.send(box["address"])
+    [(code, reply)] = refused.value.recipients.values()
+    assert code == 550 and reply.startswith(b"5.2.1")
+    # Plus addressing lands in the same mailbox, and is refused the same way.
+    with pytest.raises(smtplib.SMTPRecipientsRefused):
+        await h.send(box["address"].replace("@", "+tag@"))
+
+    # A message accepted at RCPT just before the suspension is stored, but queues no webhook.
+    await users.set_user("held@example.test", status="active")
+    client = await asyncio.to_thread(smtplib.SMTP, "127.0.0.1", h.server.smtp_port, timeout=30)
+    try:
+        await asyncio.to_thread(client.ehlo)
+        await asyncio.to_thread(client.mail, "alice@example.org")
+        assert (await asyncio.to_thread(client.rcpt, box["address"]))[0] == 250
+        await users.set_user("held@example.test", status="suspended")
+        assert (await asyncio.to_thread(client.data, b"Subject: late\r\n\r\nbody\r\n"))[0] == 250
+    finally:
+        await asyncio.to_thread(client.quit)
+    assert await job_count(h) == 0
+    assert receiver.requests == []
+
+    # Reactivated: mail is taken again and the webhook fires.
+    await users.set_user("held@example.test", status="active")
+    await h.send(box["address"])
+    [call] = await receiver.wait_for(1)
+    assert call.path == "/held"
+    assert len(await wait_deliveries(h, hook["id"], 1, token=token)) == 1
+
+
 async def test_failures_are_retried_with_the_same_event_id(start: Start, receiver: Receiver, clock: Clock) -> None:
     h = await start(webhook_retry_schedule=[0, 0.2, 0.4, 0.6])
     hook = await create_webhook(h, receiver.url())
@@ -559,7 +597,7 @@ async def test_job_in_flight_when_the_process_dies_is_retried(
             while len(lines) < 3:
                 lines.append((await child.stdout.readline()).decode().strip())
         http_url = lines[0].split("HTTP on ")[1].split()[0]
-        smtp_port = int(lines[0].rsplit(":", 1)[1])
+        smtp_port = int(lines[0].split("SMTP on ")[1].split()[0].rsplit(":", 1)[1])
         token = lines[2]
         async with httpx.AsyncClient(base_url=http_url, timeout=30) as http:
             auth = {"Authorization": f"Bearer {token}"}

@@ -201,18 +201,27 @@ class Inboxd:
         hooks = Submission(
             sandboxes=services.sandboxes, ingest=services.ingest, admission=services.admission, settings=settings
         )
-        self._submission = submission = SmtpServer(services.ingest, settings=settings, tls=tls, hooks=hooks)
+        self._submission = submission = SmtpServer(
+            services.ingest, settings=settings, tls=tls, hooks=hooks, metrics=self.metrics, space=services.space
+        )
         await submission.start(_bind(settings.submission_host, settings.submission_port))
         self._stack.push_async_callback(submission.stop)
         if settings.submissions_port is not None:
             if tls is None:
                 raise RuntimeError("INBOXD_SUBMISSIONS_PORT needs INBOXD_TLS_CERT and INBOXD_TLS_KEY")
             self._submissions = implicit = SmtpServer(
-                services.ingest, settings=settings, tls=tls, hooks=hooks, implicit_tls=True
+                services.ingest,
+                settings=settings,
+                tls=tls,
+                hooks=hooks,
+                implicit_tls=True,
+                metrics=self.metrics,
+                space=services.space,
             )
             await implicit.start(_bind(settings.submission_host, settings.submissions_port))
             self._stack.push_async_callback(implicit.stop)
         services.sandboxes.listening(port=self.submission_port, tls_port=self.submissions_port)
+        services.mailboxes.listening(smtp_port=self.smtp_port)
 
     async def _build_services(self, db: Database, bus: EventBus) -> Services:
         settings, clock = self.settings, self.clock

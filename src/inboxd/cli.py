@@ -79,6 +79,14 @@ def serve(
     _run(run_server(settings))
 
 
+@main.command("mcp")
+def mcp_command() -> None:
+    """Serve inboxd's MCP tools over stdio (configured by INBOXD_URL and INBOXD_TOKEN)."""
+    from inboxd.mcp import run
+
+    run()
+
+
 @main.command("migrate")
 def migrate_command() -> None:
     """Apply the database migrations and exit."""

@@ -400,6 +400,10 @@ class SandboxDetailOut(msgspec.Struct):
         list[str],
         msgspec.Meta(description="A Bcc header's addresses and the envelope recipients the headers do not show."),
     ]
+    is_read: bool
+    headers: Annotated[list[tuple[str, str]], msgspec.Meta(description="As in the message detail.")]
+    codes: Annotated[list[str], msgspec.Meta(description="As in the message detail.")]
+    links: Annotated[list[LinkOut], msgspec.Meta(description="As in the message detail.")]
 
 
 class Deleted(msgspec.Struct):
@@ -604,4 +608,8 @@ def sandbox_detail(d: SandboxDetail) -> SandboxDetailOut:
         to=list(d.to),
         cc=list(d.cc),
         bcc=list(d.bcc),
+        is_read=base.is_read,
+        headers=base.headers,
+        codes=base.codes,
+        links=base.links,
     )

@@ -91,6 +91,10 @@ _MAX_HEADER_BYTES = 1024 * 1024
 # microsecond per character, while senders keep HTML under Gmail's 102 KB clipping limit and have text
 # well within it, even behind large inline styles.
 _MAX_PREVIEW_HTML = 256 * 1024
+# The summary decodes at most this much of a body (whole lines): the preview needs its first 100
+# characters, and decoding all of a 25 MiB body would copy it twice more on the ingest path. A text
+# body blank for its first MiB and not after counts as blank (the HTML body then gives the preview).
+_SUMMARY_BODY_BYTES = 1024 * 1024
 # getaddresses walks its input character by character in Python; no genuine From header comes near this.
 _MAX_ADDRESS_HEADER = 4096
 
@@ -146,7 +150,7 @@ def parse_summary(raw: bytes) -> Summary:
         for leaf in _leaves(raw, headers, body_start):
             if leaf.ctype == "text/plain" and text_leaf is None and not leaf.is_attachment():
                 text_leaf = leaf
-                text = leaf.text()
+                text = leaf.text(_SUMMARY_BODY_BYTES)
                 if not _is_blank(text):
                     break
             elif leaf.ctype == "text/html" and html_leaf is None and not leaf.is_attachment():
@@ -154,7 +158,7 @@ def parse_summary(raw: bytes) -> Summary:
             if text_leaf is not None and html_leaf is not None:
                 break
         if _is_blank(text) and html_leaf is not None:
-            html = html_leaf.text()
+            html = html_leaf.text(_SUMMARY_BODY_BYTES)
     except Exception:
         # Never raise on the ingest path: keep whatever was decoded before the failure.
         pass
@@ -236,8 +240,13 @@ class _Leaf:
         value = self.headers.get("content-disposition")
         return value is not None and str(value).split(";", 1)[0].strip().lower() == "attachment"
 
-    def payload(self) -> bytes:
-        data = self.buf[self.start : self.end]
+    def payload(self, limit: int | None = None) -> bytes:
+        end = self.end
+        if limit is not None and end - self.start > limit:
+            # Whole lines only: a prefix cut at a line end decodes to a prefix of the whole text.
+            cut = self.buf.rfind(b"\n", self.start, self.start + limit)
+            end = cut + 1 if cut >= 0 else self.start + limit
+        data = self.buf[self.start : end]
         encoding = str(self.headers.get("content-transfer-encoding", "")).split(";", 1)[0].strip().lower()
         if encoding == "base64":
             return _b64decode(data)
@@ -247,12 +256,12 @@ class _Leaf:
             return _uudecode(data)
         return data
 
-    def text(self) -> str:
+    def text(self, limit: int | None = None) -> str:
         try:
             charset = self.headers.get_content_charset()
         except Exception:
             charset = None
-        return _decode_body(self.payload(), charset)
+        return _decode_body(self.payload(limit), charset)
 
     def attachment(self) -> ParsedAttachment:
         try:

@@ -16,7 +16,7 @@ import re
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Literal
 
@@ -36,6 +36,7 @@ from inboxd.services.credentials import (
 )
 from inboxd.store import custom_domains as domain_store
 from inboxd.store import mailboxes as store
+from inboxd.store import messages as message_store
 from inboxd.store import users as user_store
 from inboxd.store.db import Database, Tx
 
@@ -86,6 +87,16 @@ class MailboxService:
             )
             for i, name in enumerate(settings.public_domains)
         ]
+        self._smtp_port = settings.smtp_port
+
+    def listening(self, *, smtp_port: int) -> None:
+        """The port the receiving listener bound (it differs from the settings when they ask for 0)."""
+        self._smtp_port = smtp_port
+
+    @property
+    def smtp_endpoint(self) -> tuple[str, int]:
+        """Where senders deliver mail for these mailboxes, as the dashboard tells a newcomer."""
+        return self._settings.resolved_smtp_hostname, self._smtp_port
 
     def public_domains(self) -> list[PublicDomain]:
         return self._public
@@ -131,6 +142,8 @@ class MailboxService:
         )
 
         async def insert(tx: Tx) -> None:
+            # Several processes may create for one user at once: count under the user's row lock.
+            await user_store.lock_user(tx, user.id)
             if await store.count_for_user(tx, user.id) >= cap:
                 raise Forbidden(f"This plan allows {cap} mailboxes.", code="account_limit_reached")
             if await store.get_by_address(tx, address) is not None:
@@ -190,6 +203,17 @@ class MailboxService:
             raise NotFound("No such mailbox.")
         return mailbox
 
+    async def current(self, principal: Principal, ref: str, *, scope: Scope = "token") -> Mailbox:
+        """`find`, with `used` as of now: an expired message's bytes leave it at its expiry."""
+        return (await self.with_current_use([await self.find(principal, ref, scope=scope)]))[0]
+
+    async def with_current_use(self, mailboxes: list[Mailbox]) -> list[Mailbox]:
+        """The stored `used` less the bytes of messages that expired since the last sweep."""
+        due = await self._db.read(
+            partial(message_store.due_sizes, mailbox_ids=[m.id for m in mailboxes], now=self._clock())
+        )
+        return [replace(m, used=max(0, m.used - due[m.id])) if m.id in due else m for m in mailboxes]
+
     async def live_token(self, principal: Principal, ref: str) -> str:
         """A mailbox token for the owner's browser to follow the mailbox over the WebSocket."""
         mailbox = await self.find(principal, ref, scope="user")
@@ -209,7 +233,7 @@ class MailboxService:
         before = _decode_cursor(cursor) if cursor else None
         # One more than the page tells whether another page follows without a count.
         rows = await self._db.read(partial(store.list_for_user, user_id=user.id, limit=limit + 1, before=before))
-        page = rows[:limit]
+        page = await self.with_current_use(rows[:limit])
         return page, _encode_cursor(page[-1]) if len(rows) > limit else ""
 
     async def delete(self, principal: Principal, ref: str, *, scope: Scope = "token") -> None:

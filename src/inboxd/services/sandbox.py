@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from inboxd.config import Settings
-from inboxd.errors import DuplicateKey, Forbidden, InvalidRequest, MessageRejected, Unauthorized
+from inboxd.errors import DuplicateKey, InvalidRequest, MessageRejected, Unauthorized
 from inboxd.mail.addresses import header_recipients
 from inboxd.model import (
     NO_FILTER,
@@ -34,7 +34,7 @@ from inboxd.model import (
     SandboxMessage,
     User,
 )
-from inboxd.services.credentials import API_TOKEN_PREFIX, MailboxTokens, hash_token
+from inboxd.services.credentials import API_TOKEN_PREFIX, MailboxTokens, hash_token, require_pro
 from inboxd.services.ingest import Recipient
 from inboxd.services.messages import MessageService
 from inboxd.store import mailboxes as mailbox_store
@@ -162,7 +162,7 @@ class SandboxService:
             return again
 
     async def info(self, user: User) -> SandboxInfo:
-        _require_pro(user)
+        require_pro(user)
         sandbox = await self.of(user)
         smtp = SmtpSettings(
             host=self._settings.resolved_smtp_hostname,
@@ -181,7 +181,7 @@ class SandboxService:
 
     async def mailbox_token(self, user: User) -> str:
         """A mailbox token for the sandbox (the WebSocket and the dashboard's live list take one)."""
-        _require_pro(user)
+        require_pro(user)
         mailbox = (await self.of(user)).mailbox
         return self._tokens.issue(mailbox.id, mailbox.password_gen, now=self._clock())
 
@@ -196,7 +196,7 @@ class SandboxService:
         if found is None:
             raise failure
         user, sandbox = found
-        _require_pro(user)
+        require_pro(user)
         return Submitter(user=user, sandbox=sandbox, token_hash=token_hash)
 
     async def recheck(self, submitter: Submitter) -> Target:
@@ -223,7 +223,7 @@ class SandboxService:
         return await self._db.read(partial(mailbox_store.is_sandbox, mailbox_id=mailbox.id))
 
     async def _mailbox(self, user: User) -> Mailbox:
-        _require_pro(user)
+        require_pro(user)
         return (await self.of(user)).mailbox
 
     async def page(self, user: User, page: int, flt: MessageFilter = NO_FILTER) -> list[SandboxMessage]:
@@ -263,11 +263,6 @@ class SandboxService:
     async def purge(self, user: User) -> int:
         mailbox = await self._mailbox(user)
         return await self._db.write(partial(store.delete_all, mailbox_id=mailbox.id))
-
-
-def _require_pro(user: User) -> None:
-    if not user.is_pro:
-        raise Forbidden("The SMTP sandbox needs a Pro account.", code="pro_required")
 
 
 def _recipient(user: User, mailbox: Mailbox) -> Recipient:

@@ -53,12 +53,14 @@ AUTH_NEEDS_TLS = "538 5.7.11 Encryption required for requested authentication me
 PARAM_UNKNOWN = "555 5.5.4 Unsupported MAIL or RCPT parameter"
 
 UNKNOWN_RECIPIENT = "550 5.1.1 No such mailbox here"
+MAILBOX_DISABLED = "550 5.2.1 Mailbox disabled, not accepting messages"
 RELAY_DENIED = "550 5.7.1 Relaying denied: inboxd does not serve that domain"
 MAILBOX_FULL = "552 5.2.2 Mailbox full"
 TOO_BIG = "552 5.3.4 Message exceeds the size limit"
 
 _REJECTIONS = {
     "unknown_recipient": UNKNOWN_RECIPIENT,
+    "mailbox_disabled": MAILBOX_DISABLED,
     "relay_denied": RELAY_DENIED,
     "mailbox_full": MAILBOX_FULL,
     "bad_recipient": BAD_ADDRESS,

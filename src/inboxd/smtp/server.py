@@ -18,10 +18,11 @@ What it guarantees:
 Commands are handled strictly in order (PIPELINING): while one waits on the database, input
 is buffered, and reading pauses once the buffer is large.
 
-Memory per message: DATA accumulates in one buffer that already begins with the `Received:`
-header (written when DATA starts, as Postfix does); at the end that buffer becomes the stored
-bytes with one copy, dot-stuffing undone on the way. Above `OFF_LOOP_BYTES` that work runs in a
-thread, so a big message never holds the event loop.
+Memory per message: DATA is kept as the chunks that arrived (see `_Message`), and joined once
+at its end into the stored bytes, the stuffed dots left out; the chunks then go. Above
+`OFF_LOOP_BYTES` that join, the parse and the compression run in a thread, at most `BIG_AT_ONCE`
+messages at a time, so a big message never holds the event loop and eight at once do not each
+hold several copies.
 
 What a listener adds is a `SessionHooks` per session: extra EHLO keywords and verbs (AUTH on
 the submission listener, `smtp/submission.py`), the gate before MAIL, and where RCPT and DATA
@@ -57,7 +58,13 @@ PAUSE_AT = 1 << 20
 # Unsent replies above which a session stops reading (asyncio's low-water mark is a quarter).
 WRITE_HIGH = 64 * 1024
 MAX_ERRORS = 20
-TERMINATOR = b"\r\n.\r\n"
+# A line that starts with a dot: the end of DATA when the dot is alone on it, else a stuffed dot.
+DOT_LINE = b"\r\n."
+# Stuffed dots noted as DATA streams in; past this many (hostile input) one replace at the end does it.
+MAX_DOTS = 20_000
+# Big messages joined, parsed and compressed at once: each holds about two copies meanwhile, the
+# others wait holding one (their chunks).
+BIG_AT_ONCE = 1
 
 
 class SessionHooks(Protocol):
@@ -91,6 +98,11 @@ class SessionHooks(Protocol):
         """The session restarted under TLS: forget what was said before it."""
         ...
 
+    @property
+    def authenticated(self) -> bool:
+        """Whether the client authenticated (`Received:` then says ESMTPA, RFC 3848)."""
+        ...
+
 
 class Reception:
     """The receiving listener's hooks: RCPT names a mailbox; nothing to add to the protocol."""
@@ -117,6 +129,10 @@ class Reception:
 
     def tls_started(self) -> None:
         return None
+
+    @property
+    def authenticated(self) -> bool:
+        return False
 
 
 HooksFactory = Callable[["_Session"], SessionHooks]
@@ -148,6 +164,7 @@ class SmtpServer:
         self.hostname = settings.resolved_smtp_hostname
         self.sessions: set[_Session] = set()
         self.per_ip: dict[str, int] = {}
+        self.big = asyncio.Semaphore(BIG_AT_ONCE)
         self.closing = False
         self._server: asyncio.Server | None = None
         # The sessions' deliveries, recipient checks and TLS upgrades, referenced until they end.
@@ -220,17 +237,14 @@ class _Session(asyncio.Protocol):
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
-        self.in_data = False
-        self.scan = 0
-        self.overflow = False
+        # The message under way between DATA and its end.
+        self.message: _Message | None = None
         self.busy = False
         self.delivering = False
         self.discarding_line = False
         self.paused = False
         self.write_paused = False
         self.write_timer: asyncio.TimerHandle | None = None
-        # Where the client's DATA begins in `buf` (after the Received: header, at its last CRLF).
-        self.data_start = 0
         self.errors = 0
         self.peer = ""
         self.helo: str | None = None
@@ -300,9 +314,12 @@ class _Session(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = time.monotonic()
-        if self.in_data:
-            self.buf += data
-        elif self.discarding_line:
+        if self.message is not None:
+            rest = self.message.feed(data)
+            if rest is not None:
+                self._end_data(rest)
+            return
+        if self.discarding_line:
             end = data.find(b"\n")
             if end < 0:
                 return
@@ -332,10 +349,8 @@ class _Session(asyncio.Protocol):
 
     def pump(self) -> None:
         while not self.busy and not self.write_paused and self.transport is not None:
-            if self.in_data:
-                if not self._scan_data():
-                    return
-                continue
+            if self.message is not None:
+                break
             end = self.buf.find(b"\n")
             if end < 0:
                 if len(self.buf) > LINE_LIMIT:
@@ -357,28 +372,13 @@ class _Session(asyncio.Protocol):
             self.command(line)
         self._flow()
 
-    def _scan_data(self) -> bool:
-        """Look for CRLF.CRLF; True when a message ended (its delivery is then under way)."""
-        end = self.buf.find(TERMINATOR, self.scan)
-        if end < 0:
-            limit = self.server.settings.max_message_size
-            if len(self.buf) > self.data_start + limit + limit // 8 + 1024:
-                # Too big: keep only what could begin the terminator, and answer at its end.
-                self.overflow = True
-                del self.buf[:-4]
-                self.data_start = 0
-            self.scan = max(len(self.buf) - 4, 0)
-            return False
-        # The buffer itself becomes the message; what followed the terminator moves to a new one.
-        message = self.buf
-        self.buf = message[end + 5 :]
-        del message[end + 2 :]
-        self.in_data = False
-        self.scan = 0
+    def _end_data(self, rest: bytes) -> None:
+        message, self.message = self.message, None
+        assert message is not None
+        self.buf = bytearray(rest)
         self.busy = True
         self.delivering = True
         self.server.tasks.spawn(self._deliver(message))
-        return True
 
     # Commands -------------------------------------------------------------------------------
 
@@ -519,28 +519,30 @@ class _Session(asyncio.Protocol):
             self.reset()
             return
         self.reply(R.START_DATA)
-        self.in_data = True
-        self.overflow = False
         self.queue_id = uuid.uuid4().hex[:16]
-        # The header ends in CRLF, so a terminator or a stuffed dot on the first line is found too.
-        received = self._received(self.queue_id)
-        self.buf[:0] = received
-        self.data_start = len(received) - 2
-        self.scan = self.data_start
+        limit = self.server.settings.max_message_size
+        # Room for the dots of a stuffed message of the largest size; more is answered 552 at its end.
+        self.message = _Message(self._received(self.queue_id), limit=limit + limit // 8 + 1024)
+        pipelined = bytes(self.buf)
+        self.buf.clear()
+        if pipelined:
+            rest = self.message.feed(pipelined)
+            if rest is not None:
+                self._end_data(rest)
 
-    async def _deliver(self, message: bytearray) -> None:
+    async def _deliver(self, message: _Message) -> None:
         started = time.perf_counter()
-        size = max(0, len(message) - self.data_start - 2)
+        size = max(0, message.size - message.header)
         answer = R.TEMP_FAILURE
         try:
-            if self.overflow:
+            if message.overflow:
                 answer = R.TOO_BIG
                 return
-            assert self.sender is not None
-            # No local here keeps the bytes: ingest lets go of them once they are compressed.
-            await self.hooks.deliver(
-                sender=self.sender, recipients=self.recipients, envelope=self.envelope, raw=await self._stored(message)
-            )
+            if message.size > OFF_LOOP_BYTES:
+                async with self.server.big:
+                    await self._deliver_message(message)
+            else:
+                await self._deliver_message(message)
             answer = R.QUEUED.format(id=self.queue_id)
         except InboxdError as exc:
             answer = R.reply_for(exc)
@@ -555,14 +557,20 @@ class _Session(asyncio.Protocol):
             if self.transport is not None:
                 self.pump()
 
-    async def _stored(self, message: bytearray) -> bytes:
-        """The bytes to store, dot-stuffing undone (in a thread when big); too big is refused."""
-        header = self.data_start + 2
-        if len(message) > OFF_LOOP_BYTES:
-            raw = await asyncio.to_thread(_unstuff, message)
+    async def _deliver_message(self, message: _Message) -> None:
+        # No local here keeps the bytes: ingest lets go of them once they are compressed.
+        assert self.sender is not None
+        await self.hooks.deliver(
+            sender=self.sender, recipients=self.recipients, envelope=self.envelope, raw=await self._raw(message)
+        )
+
+    async def _raw(self, message: _Message) -> bytes:
+        """The bytes to store (assembled in a thread when big); too big is refused."""
+        if message.size > OFF_LOOP_BYTES:
+            raw = await asyncio.to_thread(message.assemble)
         else:
-            raw = _unstuff(message)
-        if len(raw) - header > self.server.settings.max_message_size:
+            raw = message.assemble()
+        if len(raw) - message.header > self.server.settings.max_message_size:
             raise MessageRejected(code="too_big")
         return raw
 
@@ -605,6 +613,8 @@ class _Session(asyncio.Protocol):
         proto = "ESMTP" if self.esmtp else "SMTP"
         if self.secure:
             proto += "S"
+        if self.hooks.authenticated:
+            proto += "A"
         # RFC 5321 4.4: the recipient path as sent, when there is exactly one (never the sandbox's own address).
         single = f"\r\n\tfor <{self.envelope[0]}>" if len(self.envelope) == 1 else ""
         stamp = format_datetime(datetime.now(UTC))
@@ -745,16 +755,91 @@ _COMMANDS = {
 }
 
 
-def _unstuff(message: bytearray) -> bytes:
-    """The stored bytes of a DATA buffer: one copy, with dot-stuffing undone (RFC 5321 4.5.2).
+class _Message:
+    """DATA as it streams in: the chunks as they came, and where the stuffed dots are.
 
-    The buffer is emptied as soon as it is copied, so a message is held twice only for a moment.
+    The chunks are kept as received and joined once at the end: one buffer grown to 25 MiB next to
+    others is copied again at each growth, on the event loop. Each chunk is searched once for CRLF
+    followed by a dot: that is the end of DATA when CRLF follows the dot, a stuffed dot (RFC 5321
+    4.5.2) otherwise. The stream starts with the `Received:` header (written when DATA starts, as
+    Postfix does), whose final CRLF lets a first line that starts with a dot be found too.
     """
-    raw = bytes(message)
-    message.clear()
-    if b"\r\n." in raw:
-        raw = raw.replace(b"\r\n.", b"\r\n")
-    return raw
+
+    __slots__ = ("chunks", "dots", "head", "header", "limit", "overflow", "size")
+
+    def __init__(self, received: bytes, *, limit: int) -> None:
+        self.chunks = [received]
+        self.size = self.header = len(received)
+        self.limit = limit
+        # The stream's last bytes, searched again with the next chunk (a match may straddle them).
+        self.head = received[-2:]
+        # Stream offsets of the dots to drop; None once there are too many to note (hostile input).
+        self.dots: list[int] | None = []
+        self.overflow = False
+
+    def feed(self, data: bytes) -> bytes | None:
+        """Take bytes of DATA; once CRLF.CRLF has come, the bytes that followed it (else None)."""
+        region = self.head + data
+        base = self.size - len(self.head)
+        pos = region.find(DOT_LINE)
+        while pos >= 0:
+            if len(region) < pos + 5:
+                break  # whether this dot ends DATA shows with the next bytes
+            if region.startswith(b"\r\n", pos + 3):
+                self._keep(data, end=base + pos + 2)
+                return region[pos + 5 :]
+            if self.dots is not None:
+                self.dots.append(base + pos + 2)
+                if len(self.dots) > MAX_DOTS:
+                    self.dots = None
+            pos = region.find(DOT_LINE, pos + 3)
+        self.head = region[pos:] if pos >= 0 else region[-2:]
+        self._keep(data)
+        return None
+
+    def _keep(self, data: bytes, *, end: int | None = None) -> None:
+        start = self.size
+        self.size += len(data)
+        if self.overflow:
+            return
+        if self.size - self.header > self.limit:
+            # Too big: keep counting (the reply comes at the end of DATA), keep nothing.
+            self.overflow = True
+            self.chunks, self.dots = [], None
+            return
+        if end is None:
+            self.chunks.append(data)
+        elif end > start:
+            self.chunks.append(data[: end - start])
+        else:
+            # The end's CRLF began in chunks already kept: take back what came after it.
+            excess = start - end
+            while excess:
+                last = self.chunks.pop()
+                cut = min(excess, len(last))
+                if cut < len(last):
+                    self.chunks.append(last[: len(last) - cut])
+                excess -= cut
+
+    def assemble(self) -> bytes:
+        """The message without its stuffed dots, in one copy; the chunks are let go."""
+        chunks, dots, self.chunks = self.chunks, self.dots, []
+        if dots is None:
+            return b"".join(chunks).replace(DOT_LINE, b"\r\n")
+        spans = []
+        marks = iter(dots)
+        mark = next(marks, -1)
+        offset = 0
+        for chunk in chunks:
+            view = memoryview(chunk)
+            start = 0
+            while 0 <= mark - offset < len(chunk):
+                spans.append(view[start : mark - offset])
+                start = mark - offset + 1
+                mark = next(marks, -1)
+            spans.append(view[start:])
+            offset += len(chunk)
+        return b"".join(spans)
 
 
 def _path(arg: str, keyword: str) -> tuple[str, list[str]] | None:

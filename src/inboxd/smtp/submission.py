@@ -122,9 +122,18 @@ class _SubmissionSession:
     async def _after(self, stored: Awaitable[object]) -> None:
         await stored
         # Each captured message is one operation of the plan's month; the next reads the quotas afresh.
-        if self.target is not None:
-            await self.listener.admission.count(self.target.user)
-        self.target = None
+        target, self.target = self.target, None
+        if target is not None:
+            try:
+                await self.listener.admission.count(target.user)
+            except Exception:
+                # The message is committed: its 250 must not turn into a retry (and a duplicate)
+                # because the counter's store (Redis) failed.
+                log.warning("could not count a captured message as an operation", exc_info=True)
+
+    @property
+    def authenticated(self) -> bool:
+        return self.submitter is not None
 
     def tls_started(self) -> None:
         self.submitter = None

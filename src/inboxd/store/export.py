@@ -19,7 +19,7 @@ async def batch(
     arrives meanwhile is taken or not, but none is skipped or repeated."""
     since, last_id = after if after is not None else (float("-inf"), "")
     rows = await tx.fetch(
-        f"SELECT {_COLUMNS} FROM messages m JOIN message_sources s ON s.message_id = m.id "
+        f"SELECT {_COLUMNS} FROM messages m JOIN message_sources s ON s.id = m.source_id "
         "WHERE m.mailbox_id = ? AND m.deleted = 0 AND m.expires_at > ? "
         "AND (m.created_at > ? OR (m.created_at = ? AND m.id > ?)) "
         f"ORDER BY m.created_at, m.id LIMIT {int(limit)}",

@@ -24,14 +24,15 @@ class NewJob:
 async def active_ids_for_users(tx: Tx, user_ids: Sequence[str], event_type: str) -> dict[str, list[str]]:
     """Active webhooks subscribed to `event_type`, by user. `events` is a JSON array of names.
 
-    Webhooks are a Pro feature: a user downgraded to free keeps them listed but they stop firing.
+    Webhooks are a Pro feature: a user downgraded to free keeps them listed but they stop firing;
+    a suspended user's fire neither.
     """
     if not user_ids:
         return {}
     marks = ", ".join("?" for _ in user_ids)
     rows = await tx.fetch(
         f"SELECT w.id, w.user_id, w.events FROM webhooks w JOIN users u ON u.id = w.user_id "
-        f"WHERE w.status = 'active' AND u.plan = 'pro' AND w.user_id IN ({marks})",
+        f"WHERE w.status = 'active' AND u.plan = 'pro' AND u.status = 'active' AND w.user_id IN ({marks})",
         *user_ids,
     )
     found: dict[str, list[str]] = {}
@@ -177,12 +178,13 @@ async def claim_due(tx: Tx, *, now: float, limit: int, lease: float) -> Claim:
     On PostgreSQL concurrent workers skip each other's rows (SKIP LOCKED); on SQLite the one
     writer thread runs claims one after another, so the read-then-update cannot race. A job whose
     claim lapsed (its worker died mid-attempt) is due again. Jobs whose webhook is gone or
-    disabled are dropped here.
+    disabled, or whose user is suspended, are dropped here.
     """
     lock = " FOR UPDATE OF j SKIP LOCKED" if tx.dialect == "postgresql" else ""
     rows = await tx.fetch(
         "SELECT j.id, j.webhook_id, j.event_id, j.event_type, j.payload, j.attempt, j.event_at, "
-        "w.url, w.secret, w.status FROM webhook_jobs j LEFT JOIN webhooks w ON w.id = j.webhook_id "
+        "w.url, w.secret, w.status, u.status AS user_status FROM webhook_jobs j "
+        "LEFT JOIN webhooks w ON w.id = j.webhook_id LEFT JOIN users u ON u.id = w.user_id "
         f"WHERE j.due_at <= ? AND j.claimed_until <= ? ORDER BY j.due_at LIMIT ?{lock}",
         now,
         now,
@@ -191,7 +193,7 @@ async def claim_due(tx: Tx, *, now: float, limit: int, lease: float) -> Claim:
     jobs: list[ClaimedJob] = []
     dead: list[str] = []
     for row in rows:
-        if row["status"] != "active":
+        if row["status"] != "active" or row["user_status"] != "active":
             dead.append(row["id"])
             continue
         jobs.append(

@@ -22,6 +22,7 @@ NAV: list[NavItem] = [
     NavItem("Domains", "/domains", pro=True),
     NavItem("Webhooks", "/webhooks", pro=True),
     NavItem("Account", "/account"),
+    NavItem("Users", "/admin/users", admin=True),
 ]
 
 

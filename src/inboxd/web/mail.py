@@ -143,14 +143,14 @@ async def _inbox_context(request: Request, call: WebCall, mailbox: Mailbox | Non
 @page()
 async def inbox(request: Request, call: WebCall) -> Response:
     context = await _inbox_context(request, call)
-    settings = call.services.settings
+    smtp_host, smtp_port = call.services.mailboxes.smtp_endpoint
     return render(
         request,
         call,
         "mailbox.html",
         **context,
-        smtp_host=settings.resolved_smtp_hostname,
-        smtp_port=settings.smtp_port,
+        smtp_host=smtp_host,
+        smtp_port=smtp_port,
         notice=_NOTICES.get(request.query_params.get("notice", ""), ""),
     )
 
@@ -285,6 +285,13 @@ async def mark(request: Request, call: WebCall) -> Response:
 
 
 @page()
+async def mark_all_read(request: Request, call: WebCall) -> Response:
+    mailbox = await _mailbox(call, request)
+    await call.services.messages.mark_many_read(mailbox, ids=None, all_=True)
+    return redirect(f"/mailboxes/{mailbox.id}")
+
+
+@page()
 async def delete_message(request: Request, call: WebCall) -> Response:
     mailbox = await _mailbox(call, request)
     await call.services.messages.delete(mailbox, request.path_params["message"])
@@ -298,6 +305,7 @@ routes = [
     Route("/mailboxes/{mailbox}", inbox, methods=["GET"]),
     Route("/mailboxes/{mailbox}/rows", inbox_rows, methods=["GET"]),
     Route("/mailboxes/{mailbox}/live-token", live_token, methods=["POST"]),
+    Route("/mailboxes/{mailbox}/read-all", mark_all_read, methods=["POST"]),
     Route("/mailboxes/{mailbox}/delete", confirm_delete_mailbox, methods=["GET"]),
     Route("/mailboxes/{mailbox}/delete", delete_mailbox, methods=["POST"]),
     Route("/mailboxes/{mailbox}/password", password_form, methods=["GET"]),

@@ -28,4 +28,14 @@ document.addEventListener("DOMContentLoaded", () => {
       if (!window.confirm(button.dataset.confirm)) event.preventDefault();
     });
   }
+  // A form with data-confirm-when="field=value" asks first when that field is changed to that value.
+  for (const form of document.querySelectorAll("form[data-confirm-when]")) {
+    const [name, value] = form.dataset.confirmWhen.split("=");
+    const field = form.elements.namedItem(name);
+    if (!field) continue;
+    const initial = field.value;
+    form.addEventListener("submit", (event) => {
+      if (field.value === value && initial !== value && !window.confirm(form.dataset.confirm)) event.preventDefault();
+    });
+  }
 });

@@ -1,0 +1,791 @@
+"""A small typed client for the inboxd REST API over httpx: `Client` (sync) and `AsyncClient`.
+
+    from inboxd.client import Client
+
+    with Client("http://127.0.0.1:8025", token="ibx_...") as inboxd:
+        box = inboxd.create_mailbox()                   # a random address on the default domain
+        ...                                             # the code under test sends mail to box.address
+        msg = inboxd.wait_for(box.address, subject="Verify", timeout=30)
+        print(msg.code, msg.links[0].url)
+
+Every operation is described once (`_Call`: method, path, query, body and how to read the
+answer) and run by either client, so the two cannot drift apart. Mailboxes are named by id or
+address wherever the API accepts either. Errors answer `ApiError` with the API's `error` code;
+a wait that ends without a message raises `WaitTimedOut`. A 429 is retried after its
+`Retry-After` (a few times, at most 10 s each), so a test suite may run into the rate limits of a
+shared server without failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
+from urllib.parse import quote
+
+import httpx
+
+__all__ = [
+    "ApiError",
+    "AsyncClient",
+    "Attachment",
+    "Client",
+    "Filters",
+    "Link",
+    "Mailbox",
+    "Message",
+    "MessageSummary",
+    "NoCodeFound",
+    "SandboxInfo",
+    "SandboxMessage",
+    "WaitTimedOut",
+]
+
+T = TypeVar("T")
+Json = dict[str, Any]
+When = datetime | str
+
+MAX_WAIT = 60.0  # the server's largest `timeout`; longer waits are made of several requests
+_RETRIES_429 = 5
+_MAX_RETRY_AFTER = 10.0
+
+
+# --- errors --------------------------------------------------------------------------------------------
+
+
+class ApiError(Exception):
+    """An answer other than 2xx: `status`, the API's `code` (`error`) and `message`."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{status} {code}: {message}" if message else f"{status} {code}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class WaitTimedOut(ApiError):
+    """No message matched within the wait's timeout (408 `timeout`)."""
+
+
+class NoCodeFound(AssertionError):
+    """`Message.code` on a message in which no one-time code was found."""
+
+
+# --- results -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    url: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    index: int
+    filename: str
+    content_type: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Mailbox:
+    id: str
+    address: str
+    quota: int = 0
+    used: int = 0
+    created_at: str = ""
+    role: str = ""
+    token: str = ""  # a mailbox token, when the mailbox was just created or signed in to
+
+    @classmethod
+    def from_json(cls, data: Json) -> Mailbox:
+        return cls(
+            id=data["id"],
+            address=data["address"],
+            quota=data.get("quota", 0),
+            used=data.get("used", 0),
+            created_at=data.get("created_at", ""),
+            role=data.get("role", ""),
+            token=data.get("token", ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MessageSummary:
+    """A message as lists show it."""
+
+    id: str
+    sender: str
+    from_: str
+    subject: str
+    preview_text: str
+    size: int
+    is_read: bool
+    created_at: str
+    recipients: tuple[str, ...] = ()  # sandbox lists only: the envelope recipients
+
+    @classmethod
+    def from_json(cls, data: Json) -> MessageSummary:
+        return cls(
+            id=data["id"],
+            sender=data["sender"],
+            from_=data["from"],
+            subject=data["subject"],
+            preview_text=data["preview_text"],
+            size=data["size"],
+            is_read=data["is_read"],
+            created_at=data["created_at"],
+            recipients=tuple(data.get("recipients", ())),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Detail:
+    id: str
+    sender: str
+    from_: str
+    subject: str
+    address: str
+    size: int
+    created_at: str
+    text_body: str
+    html_body: str
+    attachments: tuple[Attachment, ...]
+    is_read: bool
+    headers: tuple[tuple[str, str], ...]
+    codes: tuple[str, ...]
+    links: tuple[Link, ...]
+    raw: Json = field(repr=False, compare=False)
+
+    @property
+    def code(self) -> str:
+        """The most likely one-time code; raises `NoCodeFound` (an AssertionError) when there is none."""
+        if not self.codes:
+            preview = " ".join((self.text_body or self.html_body).split())[:300]
+            raise NoCodeFound(f"no one-time code found in message {self.subject!r} from {self.from_}: {preview!r}")
+        return self.codes[0]
+
+    def header(self, name: str) -> str | None:
+        """The first header of that name (any case), decoded; None when absent."""
+        wanted = name.lower()
+        return next((value for key, value in self.headers if key.lower() == wanted), None)
+
+    @staticmethod
+    def _common(data: Json) -> Json:
+        return {
+            "id": data["id"],
+            "sender": data["sender"],
+            "from_": data["from"],
+            "subject": data["subject"],
+            "address": data["address"],
+            "size": data["size"],
+            "created_at": data["created_at"],
+            "text_body": data["text_body"],
+            "html_body": data["html_body"],
+            "attachments": tuple(Attachment(**a) for a in data["attachments"]),
+            "is_read": data.get("is_read", False),
+            "headers": tuple((name, value) for name, value in data.get("headers", ())),
+            "codes": tuple(data.get("codes", ())),
+            "links": tuple(Link(url=link["url"], text=link["text"]) for link in data.get("links", ())),
+            "raw": data,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Message(_Detail):
+    """A message detail: bodies, attachments, and the codes and links found in it."""
+
+    to: str = ""  # "Name <addr>, addr2", as `from_`
+    cc: str = ""
+
+    @classmethod
+    def from_json(cls, data: Json) -> Message:
+        return cls(**cls._common(data), to=data.get("to", ""), cc=data.get("cc", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxMessage(_Detail):
+    """A message the SMTP sandbox captured: the detail plus where it was sent."""
+
+    recipients: tuple[str, ...] = ()
+    to: tuple[str, ...] = ()
+    cc: tuple[str, ...] = ()
+    bcc: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Json) -> SandboxMessage:
+        return cls(
+            **cls._common(data),
+            recipients=tuple(data.get("recipients", ())),
+            to=tuple(data.get("to", ())),
+            cc=tuple(data.get("cc", ())),
+            bcc=tuple(data.get("bcc", ())),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxInfo:
+    smtp_host: str
+    smtp_port: int
+    username: str
+    address: str
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Json) -> SandboxInfo:
+        return cls(
+            smtp_host=data["smtp_host"],
+            smtp_port=data["smtp_port"],
+            username=data["username"],
+            address=data["address"],
+            raw=data,
+        )
+
+
+# --- operations ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Call(Generic[T]):
+    method: str
+    path: str
+    read: Callable[[httpx.Response], T]
+    params: Mapping[str, str] = field(default_factory=dict)
+    body: Any = None
+    timeout: float | None = None  # read timeout of this request; None: the client's
+
+
+def _json(response: httpx.Response) -> Json:
+    data: Json = response.json()
+    return data
+
+
+def _nothing(response: httpx.Response) -> None:
+    return None
+
+
+def _bytes(response: httpx.Response) -> bytes:
+    return response.content
+
+
+def _seg(value: str) -> str:
+    return quote(value, safe="@")
+
+
+def _when(value: When) -> str:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("since/until need a timezone-aware datetime")
+        return value.isoformat()
+    return value
+
+
+class Filters(TypedDict, total=False):
+    """The filters of message lists and waits; `from_` is the API's `from`."""
+
+    q: str  # full text: every word must match; `word*` matches a prefix
+    from_: str
+    to: str
+    subject: str
+    unread: bool
+    has_attachments: bool
+    since: When  # RFC 3339 string or aware datetime; created_at at or after it
+    until: When
+
+
+def _filters(
+    *,
+    q: str | None = None,
+    from_: str | None = None,
+    to: str | None = None,
+    subject: str | None = None,
+    unread: bool | None = None,
+    has_attachments: bool | None = None,
+    since: When | None = None,
+    until: When | None = None,
+) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in (("q", q), ("from", from_), ("to", to), ("subject", subject)):
+        if value is not None:
+            out[name] = value
+    for name, flag in (("unread", unread), ("has_attachments", has_attachments)):
+        if flag is not None:
+            out[name] = "true" if flag else "false"
+    if since is not None:
+        out["since"] = _when(since)
+    if until is not None:
+        out["until"] = _when(until)
+    return out
+
+
+def _messages(response: httpx.Response) -> list[MessageSummary]:
+    return [MessageSummary.from_json(m) for m in _json(response)["messages"]]
+
+
+def _message(response: httpx.Response) -> Message:
+    return Message.from_json(_json(response))
+
+
+def _sandbox_message(response: httpx.Response) -> SandboxMessage:
+    return SandboxMessage.from_json(_json(response))
+
+
+def _sandbox_info(response: httpx.Response) -> SandboxInfo:
+    return SandboxInfo.from_json(_json(response))
+
+
+def _mailbox(response: httpx.Response) -> Mailbox:
+    return Mailbox.from_json(_json(response))
+
+
+class _Ops:
+    """Every API operation as a `_Call`; the clients run them."""
+
+    @staticmethod
+    def health() -> _Call[Json]:
+        return _Call("GET", "/healthz", _json)
+
+    @staticmethod
+    def domains() -> _Call[list[Json]]:
+        return _Call("GET", "/api/domains", lambda r: list(_json(r)["domains"]))
+
+    @staticmethod
+    def create_mailbox(address: str, password: str) -> _Call[Mailbox]:
+        return _Call("POST", "/api/accounts", _mailbox, body={"address": address, "password": password})
+
+    @staticmethod
+    def sign_in(address: str, password: str) -> _Call[Mailbox]:
+        return _Call("POST", "/api/token", _mailbox, body={"address": address, "password": password})
+
+    @staticmethod
+    def mailbox(mailbox: str) -> _Call[Mailbox]:
+        return _Call("GET", f"/api/accounts/{_seg(mailbox)}", _mailbox)
+
+    @staticmethod
+    def delete_mailbox(mailbox: str) -> _Call[None]:
+        return _Call("DELETE", f"/api/accounts/{_seg(mailbox)}", _nothing)
+
+    @staticmethod
+    def reset_password(mailbox: str, password: str) -> _Call[None]:
+        return _Call("PUT", f"/api/accounts/{_seg(mailbox)}/reset-password", _nothing, body={"password": password})
+
+    @staticmethod
+    def messages(base: str, page: int, flt: dict[str, str]) -> _Call[list[MessageSummary]]:
+        return _Call("GET", base, _messages, params={"page": str(page), **flt})
+
+    @staticmethod
+    def wait(base: str, flt: dict[str, str], timeout: float, read: Callable[[httpx.Response], T]) -> _Call[T]:
+        params = {**flt, "timeout": f"{timeout:g}"}
+        return _Call("GET", f"{base}/wait", read, params=params, timeout=timeout + 15.0)
+
+    @staticmethod
+    def get(path: str, read: Callable[[httpx.Response], T], params: Mapping[str, str] | None = None) -> _Call[T]:
+        return _Call("GET", path, read, params=dict(params or {}))
+
+    @staticmethod
+    def send(method: str, path: str, read: Callable[[httpx.Response], T], body: Any = None) -> _Call[T]:
+        return _Call(method, path, read, body=body)
+
+
+def _box(mailbox: str) -> str:
+    return f"/api/accounts/{_seg(mailbox)}/messages"
+
+
+def _account(account_id: str) -> str:
+    return f"/api/user/accounts/{_seg(account_id)}/messages"
+
+
+_SANDBOX = "/api/user/sandbox/messages"
+
+
+def _error(response: httpx.Response) -> ApiError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        code, message = str(body.get("error", "")), str(body.get("message", ""))
+    else:
+        code, message = "", response.text[:200]
+    code = code or f"http_{response.status_code}"
+    if response.status_code == 408:
+        return WaitTimedOut(408, code, message)
+    return ApiError(response.status_code, code, message)
+
+
+def _retry_after(response: httpx.Response) -> float:
+    try:
+        return min(max(float(response.headers.get("Retry-After", "1")), 0.05), _MAX_RETRY_AFTER)
+    except ValueError:
+        return 1.0
+
+
+def _new_local() -> str:
+    return "test-" + secrets.token_hex(6)
+
+
+def _wait_slices(timeout: float) -> tuple[float, float]:
+    """This request's timeout and the deadline of the whole wait."""
+    if timeout < 0:
+        raise ValueError("timeout must be at least 0")
+    return min(timeout, MAX_WAIT), time.monotonic() + timeout
+
+
+# --- the clients ---------------------------------------------------------------------------------------
+
+
+class _Base:
+    def __init__(self, base_url: str, token: str | None, timeout: float) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._timeout = timeout
+
+    def _request_args(self, call: _Call[Any]) -> dict[str, Any]:
+        args: dict[str, Any] = {"params": call.params or None, "headers": self._headers}
+        if call.body is not None:
+            args["json"] = call.body
+        if call.timeout is not None:
+            args["timeout"] = httpx.Timeout(self._timeout, read=call.timeout)
+        return args
+
+
+class Client(_Base):
+    """The synchronous client. `token`: an API token (Pro or admin for `/api/user/*`) or a mailbox token."""
+
+    def __init__(
+        self, base_url: str, token: str | None = None, *, timeout: float = 30.0, http: httpx.Client | None = None
+    ) -> None:
+        super().__init__(base_url, token, timeout)
+        self._http = http or httpx.Client(base_url=self.base_url, timeout=timeout)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _run(self, call: _Call[T]) -> T:
+        for attempt in range(_RETRIES_429 + 1):
+            response = self._http.request(call.method, call.path, **self._request_args(call))
+            if response.status_code == 429 and attempt < _RETRIES_429:
+                time.sleep(_retry_after(response))
+                continue
+            if response.is_success:
+                return call.read(response)
+            raise _error(response)
+        raise AssertionError("unreachable")
+
+    # mailboxes
+    def health(self) -> Json:
+        return self._run(_Ops.health())
+
+    def domains(self) -> list[Json]:
+        return self._run(_Ops.domains())
+
+    def create_mailbox(self, address: str | None = None, password: str | None = None) -> Mailbox:
+        """A new mailbox; without `address`, a random one on the server's default domain."""
+        if address is None:
+            address = f"{_new_local()}@{_default_domain(self.domains())}"
+        return self._run(_Ops.create_mailbox(address, password or secrets.token_urlsafe(12)))
+
+    def sign_in(self, address: str, password: str) -> Mailbox:
+        return self._run(_Ops.sign_in(address, password))
+
+    def mailbox(self, mailbox: str) -> Mailbox:
+        return self._run(_Ops.mailbox(mailbox))
+
+    def delete_mailbox(self, mailbox: str) -> None:
+        self._run(_Ops.delete_mailbox(mailbox))
+
+    def reset_password(self, mailbox: str, password: str) -> None:
+        self._run(_Ops.reset_password(mailbox, password))
+
+    # messages
+    def messages(self, mailbox: str, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:
+        """A page of 30, newest first. Filters: q, from_, to, subject, unread, has_attachments, since, until."""
+        return self._run(_Ops.messages(_box(mailbox), page, _filters(**filters)))
+
+    def message(self, mailbox: str, message_id: str) -> Message:
+        return self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}", _message))
+
+    def wait_for(self, mailbox: str, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> Message:
+        """The newest message the filters keep, once there is one; `WaitTimedOut` after `timeout` s."""
+        return self._wait(_box(mailbox), _filters(**filters), timeout, _message)
+
+    def source(self, mailbox: str, message_id: str) -> bytes:
+        return self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/source", _bytes))
+
+    def attachment(self, mailbox: str, message_id: str, index: int) -> bytes:
+        return self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/attachments/{index}", _bytes))
+
+    def mark_read(self, mailbox: str, message_id: str) -> None:
+        self._run(_Ops.send("PUT", f"{_box(mailbox)}/{_seg(message_id)}/read", _nothing))
+
+    def mark_all_read(self, mailbox: str) -> int:
+        return int(self._run(_Ops.send("PUT", f"{_box(mailbox)}/read", _json, {"all": True}))["updated"])
+
+    def delete_message(self, mailbox: str, message_id: str) -> None:
+        self._run(_Ops.send("DELETE", f"{_box(mailbox)}/{_seg(message_id)}", _nothing))
+
+    # Pro: the user's mailboxes, domains, tokens, webhooks
+    def me(self) -> Json:
+        return self._run(_Ops.get("/api/user/me", _json))
+
+    def accounts(self, cursor: str = "") -> Json:
+        return self._run(_Ops.get("/api/user/accounts", _json, {"cursor": cursor} if cursor else None))
+
+    def delete_account(self, account_id: str) -> None:
+        self._run(_Ops.send("DELETE", f"/api/user/accounts/{_seg(account_id)}", _nothing))
+
+    def account_messages(self, account_id: str, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:
+        return self._run(_Ops.messages(_account(account_id), page, _filters(**filters)))
+
+    def wait_for_account(self, account_id: str, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> Message:
+        return self._wait(_account(account_id), _filters(**filters), timeout, _message)
+
+    def user_domains(self) -> Json:
+        return self._run(_Ops.get("/api/user/domains", _json))
+
+    def add_domain(self, domain: str) -> Json:
+        return self._run(_Ops.send("POST", "/api/user/domains", _json, {"domain": domain}))
+
+    def verify_domain(self, domain_id: str) -> Json:
+        return self._run(_Ops.send("POST", f"/api/user/domains/{_seg(domain_id)}/verify", _json))
+
+    def delete_domain(self, domain_id: str) -> None:
+        self._run(_Ops.send("DELETE", f"/api/user/domains/{_seg(domain_id)}", _nothing))
+
+    def tokens(self) -> Json:
+        return self._run(_Ops.get("/api/user/tokens", _json))
+
+    def create_token(self, name: str) -> Json:
+        return self._run(_Ops.send("POST", "/api/user/tokens", _json, {"name": name}))
+
+    def revoke_token(self, token_id: str) -> None:
+        self._run(_Ops.send("DELETE", f"/api/user/tokens/{_seg(token_id)}", _nothing))
+
+    def webhooks(self) -> Json:
+        return self._run(_Ops.get("/api/user/webhooks", _json))
+
+    def create_webhook(self, url: str, events: list[str]) -> Json:
+        return self._run(_Ops.send("POST", "/api/user/webhooks", _json, {"url": url, "events": events}))
+
+    def delete_webhook(self, webhook_id: str) -> None:
+        self._run(_Ops.send("DELETE", f"/api/user/webhooks/{_seg(webhook_id)}", _nothing))
+
+    def rotate_webhook_secret(self, webhook_id: str) -> Json:
+        return self._run(_Ops.send("POST", f"/api/user/webhooks/{_seg(webhook_id)}/rotate", _json))
+
+    def deliveries(self, webhook_id: str) -> Json:
+        return self._run(_Ops.get(f"/api/user/webhooks/{_seg(webhook_id)}/deliveries", _json))
+
+    # Pro: the SMTP sandbox
+    def sandbox(self) -> SandboxInfo:
+        return self._run(_Ops.get("/api/user/sandbox", _sandbox_info))
+
+    def sandbox_messages(self, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:
+        return self._run(_Ops.messages(_SANDBOX, page, _filters(**filters)))
+
+    def sandbox_message(self, message_id: str) -> SandboxMessage:
+        return self._run(_Ops.get(f"{_SANDBOX}/{_seg(message_id)}", _sandbox_message))
+
+    def wait_for_sandbox(self, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> SandboxMessage:
+        return self._wait(_SANDBOX, _filters(**filters), timeout, _sandbox_message)
+
+    def delete_sandbox_message(self, message_id: str) -> None:
+        self._run(_Ops.send("DELETE", f"{_SANDBOX}/{_seg(message_id)}", _nothing))
+
+    def purge_sandbox(self) -> int:
+        return int(self._run(_Ops.send("DELETE", _SANDBOX, _json))["deleted"])
+
+    def _wait(self, base: str, flt: dict[str, str], timeout: float, read: Callable[[httpx.Response], T]) -> T:
+        this, deadline = _wait_slices(timeout)
+        while True:
+            try:
+                return self._run(_Ops.wait(base, flt, this, read))
+            except WaitTimedOut:
+                left = deadline - time.monotonic()
+                if left <= 0.05:
+                    raise
+                this = min(left, MAX_WAIT)
+
+
+class AsyncClient(_Base):
+    """The asyncio client; the same operations as `Client`, awaited.
+
+    A wait's `timeout` is the server's (how long it holds the request), not a local deadline, so
+    the waits take it as a parameter rather than leaving it to `asyncio.timeout`.
+    """
+
+    def __init__(
+        self, base_url: str, token: str | None = None, *, timeout: float = 30.0, http: httpx.AsyncClient | None = None
+    ) -> None:
+        super().__init__(base_url, token, timeout)
+        self._http = http or httpx.AsyncClient(base_url=self.base_url, timeout=timeout)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _run(self, call: _Call[T]) -> T:
+        for attempt in range(_RETRIES_429 + 1):
+            response = await self._http.request(call.method, call.path, **self._request_args(call))
+            if response.status_code == 429 and attempt < _RETRIES_429:
+                await asyncio.sleep(_retry_after(response))
+                continue
+            if response.is_success:
+                return call.read(response)
+            raise _error(response)
+        raise AssertionError("unreachable")
+
+    async def health(self) -> Json:
+        return await self._run(_Ops.health())
+
+    async def domains(self) -> list[Json]:
+        return await self._run(_Ops.domains())
+
+    async def create_mailbox(self, address: str | None = None, password: str | None = None) -> Mailbox:
+        if address is None:
+            address = f"{_new_local()}@{_default_domain(await self.domains())}"
+        return await self._run(_Ops.create_mailbox(address, password or secrets.token_urlsafe(12)))
+
+    async def sign_in(self, address: str, password: str) -> Mailbox:
+        return await self._run(_Ops.sign_in(address, password))
+
+    async def mailbox(self, mailbox: str) -> Mailbox:
+        return await self._run(_Ops.mailbox(mailbox))
+
+    async def delete_mailbox(self, mailbox: str) -> None:
+        await self._run(_Ops.delete_mailbox(mailbox))
+
+    async def reset_password(self, mailbox: str, password: str) -> None:
+        await self._run(_Ops.reset_password(mailbox, password))
+
+    async def messages(self, mailbox: str, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:
+        return await self._run(_Ops.messages(_box(mailbox), page, _filters(**filters)))
+
+    async def message(self, mailbox: str, message_id: str) -> Message:
+        return await self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}", _message))
+
+    async def wait_for(self, mailbox: str, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> Message:  # noqa: ASYNC109
+        return await self._wait(_box(mailbox), _filters(**filters), timeout, _message)
+
+    async def source(self, mailbox: str, message_id: str) -> bytes:
+        return await self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/source", _bytes))
+
+    async def attachment(self, mailbox: str, message_id: str, index: int) -> bytes:
+        return await self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/attachments/{index}", _bytes))
+
+    async def mark_read(self, mailbox: str, message_id: str) -> None:
+        await self._run(_Ops.send("PUT", f"{_box(mailbox)}/{_seg(message_id)}/read", _nothing))
+
+    async def mark_all_read(self, mailbox: str) -> int:
+        return int((await self._run(_Ops.send("PUT", f"{_box(mailbox)}/read", _json, {"all": True})))["updated"])
+
+    async def delete_message(self, mailbox: str, message_id: str) -> None:
+        await self._run(_Ops.send("DELETE", f"{_box(mailbox)}/{_seg(message_id)}", _nothing))
+
+    async def me(self) -> Json:
+        return await self._run(_Ops.get("/api/user/me", _json))
+
+    async def accounts(self, cursor: str = "") -> Json:
+        return await self._run(_Ops.get("/api/user/accounts", _json, {"cursor": cursor} if cursor else None))
+
+    async def delete_account(self, account_id: str) -> None:
+        await self._run(_Ops.send("DELETE", f"/api/user/accounts/{_seg(account_id)}", _nothing))
+
+    async def account_messages(
+        self, account_id: str, page: int = 1, **filters: Unpack[Filters]
+    ) -> list[MessageSummary]:
+        return await self._run(_Ops.messages(_account(account_id), page, _filters(**filters)))
+
+    async def wait_for_account(self, account_id: str, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> Message:  # noqa: ASYNC109
+        return await self._wait(_account(account_id), _filters(**filters), timeout, _message)
+
+    async def user_domains(self) -> Json:
+        return await self._run(_Ops.get("/api/user/domains", _json))
+
+    async def add_domain(self, domain: str) -> Json:
+        return await self._run(_Ops.send("POST", "/api/user/domains", _json, {"domain": domain}))
+
+    async def verify_domain(self, domain_id: str) -> Json:
+        return await self._run(_Ops.send("POST", f"/api/user/domains/{_seg(domain_id)}/verify", _json))
+
+    async def delete_domain(self, domain_id: str) -> None:
+        await self._run(_Ops.send("DELETE", f"/api/user/domains/{_seg(domain_id)}", _nothing))
+
+    async def tokens(self) -> Json:
+        return await self._run(_Ops.get("/api/user/tokens", _json))
+
+    async def create_token(self, name: str) -> Json:
+        return await self._run(_Ops.send("POST", "/api/user/tokens", _json, {"name": name}))
+
+    async def revoke_token(self, token_id: str) -> None:
+        await self._run(_Ops.send("DELETE", f"/api/user/tokens/{_seg(token_id)}", _nothing))
+
+    async def webhooks(self) -> Json:
+        return await self._run(_Ops.get("/api/user/webhooks", _json))
+
+    async def create_webhook(self, url: str, events: list[str]) -> Json:
+        return await self._run(_Ops.send("POST", "/api/user/webhooks", _json, {"url": url, "events": events}))
+
+    async def delete_webhook(self, webhook_id: str) -> None:
+        await self._run(_Ops.send("DELETE", f"/api/user/webhooks/{_seg(webhook_id)}", _nothing))
+
+    async def rotate_webhook_secret(self, webhook_id: str) -> Json:
+        return await self._run(_Ops.send("POST", f"/api/user/webhooks/{_seg(webhook_id)}/rotate", _json))
+
+    async def deliveries(self, webhook_id: str) -> Json:
+        return await self._run(_Ops.get(f"/api/user/webhooks/{_seg(webhook_id)}/deliveries", _json))
+
+    async def sandbox(self) -> SandboxInfo:
+        return await self._run(_Ops.get("/api/user/sandbox", _sandbox_info))
+
+    async def sandbox_messages(self, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:
+        return await self._run(_Ops.messages(_SANDBOX, page, _filters(**filters)))
+
+    async def sandbox_message(self, message_id: str) -> SandboxMessage:
+        return await self._run(_Ops.get(f"{_SANDBOX}/{_seg(message_id)}", _sandbox_message))
+
+    async def wait_for_sandbox(self, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> SandboxMessage:  # noqa: ASYNC109
+        return await self._wait(_SANDBOX, _filters(**filters), timeout, _sandbox_message)
+
+    async def delete_sandbox_message(self, message_id: str) -> None:
+        await self._run(_Ops.send("DELETE", f"{_SANDBOX}/{_seg(message_id)}", _nothing))
+
+    async def purge_sandbox(self) -> int:
+        return int((await self._run(_Ops.send("DELETE", _SANDBOX, _json)))["deleted"])
+
+    async def _wait(self, base: str, flt: dict[str, str], timeout: float, read: Callable[[httpx.Response], T]) -> T:  # noqa: ASYNC109
+        this, deadline = _wait_slices(timeout)
+        while True:
+            try:
+                return await self._run(_Ops.wait(base, flt, this, read))
+            except WaitTimedOut:
+                left = deadline - time.monotonic()
+                if left <= 0.05:
+                    raise
+                this = min(left, MAX_WAIT)
+
+
+def _default_domain(domains: list[Json]) -> str:
+    for domain in domains:
+        if domain.get("default"):
+            return str(domain["domain"])
+    if not domains:
+        raise ApiError(0, "no_domain", "the server lists no public domain to create a mailbox on")
+    return str(domains[0]["domain"])

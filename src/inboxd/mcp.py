@@ -1,0 +1,167 @@
+"""`inboxd mcp`: inboxd's tools for AI agents over the Model Context Protocol (stdio), through the
+official `mcp` SDK. The tools talk to a running inboxd through `inboxd.client`, configured by
+`INBOXD_URL` (default `http://127.0.0.1:8025`) and `INBOXD_TOKEN` (an API token).
+
+Tools: `create_mailbox`, `list_messages`, `read_message`, `wait_for_message` (subject, from,
+codes and links of the message that arrives) and `delete_mailbox`. An API error comes back as a
+tool error whose text is the API's code and message, so the agent can read and correct it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import httpx
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from inboxd.client import ApiError, AsyncClient, Filters, Message, MessageSummary, WaitTimedOut
+
+T = TypeVar("T")
+
+DEFAULT_URL = "http://127.0.0.1:8025"
+# Bodies are returned whole up to this many characters: an agent's context is the scarce thing.
+MAX_BODY = 20_000
+
+INSTRUCTIONS = (
+    "Disposable mailboxes for testing sign-ups and e-mail flows. Create a mailbox, have the "
+    "application send mail to its address, then wait_for_message to get the one-time codes and "
+    "links out of it. Delete the mailbox when done."
+)
+
+
+def _filters(subject: str | None, sender: str | None, query: str | None) -> Filters:
+    found: Filters = {}
+    if subject:
+        found["subject"] = subject
+    if sender:
+        found["from_"] = sender
+    if query:
+        found["q"] = query
+    return found
+
+
+def _listed(m: MessageSummary) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "from": m.from_,
+        "subject": m.subject,
+        "preview": m.preview_text,
+        "received_at": m.created_at,
+        "is_read": m.is_read,
+    }
+
+
+def _read(m: Message) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "from": m.from_,
+        "to": m.to,
+        "cc": m.cc,
+        "subject": m.subject,
+        "received_at": m.created_at,
+        "codes": list(m.codes),
+        "links": [{"url": link.url, "text": link.text} for link in m.links],
+        "text_body": m.text_body[:MAX_BODY],
+        "html_body": m.html_body[:MAX_BODY],
+        "attachments": [
+            {"filename": a.filename, "content_type": a.content_type, "size": a.size} for a in m.attachments
+        ],
+    }
+
+
+def _waited(m: Message) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "subject": m.subject,
+        "from": m.from_,
+        "codes": list(m.codes),
+        "links": [{"url": link.url, "text": link.text} for link in m.links],
+    }
+
+
+def build_server(client: AsyncClient) -> MCPServer:
+    """The MCP server whose tools act through `client`."""
+    server: MCPServer = MCPServer(name="inboxd", instructions=INSTRUCTIONS, log_level="WARNING")
+
+    @server.tool()
+    async def create_mailbox(address: str | None = None) -> dict[str, Any]:
+        """Create a mailbox. Without `address`, a random address on the server's default domain."""
+        created = await _api(client.create_mailbox(address))
+        return {"id": created.id, "address": created.address}
+
+    @server.tool()
+    async def list_messages(
+        mailbox: str,
+        subject: str | None = None,
+        sender: str | None = None,
+        query: str | None = None,
+        page: int = 1,
+    ) -> dict[str, Any]:
+        """List a mailbox's messages, newest first, 30 a page. `mailbox` is its address or id;
+        `subject` and `sender` match substrings (any case); `query` is full text (`word*` for a prefix)."""
+        found = await _api(client.messages(mailbox, page, **_filters(subject, sender, query)))
+        return {"messages": [_listed(m) for m in found], "page": page}
+
+    @server.tool()
+    async def read_message(mailbox: str, message_id: str) -> dict[str, Any]:
+        """Read one message: sender, recipients, subject, bodies, attachments, codes and links."""
+        return _read(await _api(client.message(mailbox, message_id)))
+
+    @server.tool()
+    async def wait_for_message(
+        mailbox: str,
+        subject: str | None = None,
+        sender: str | None = None,
+        query: str | None = None,
+        since: str | None = None,
+        timeout: float = 30.0,  # noqa: ASYNC109  (the server holds the request this long)
+    ) -> dict[str, Any]:
+        """Wait until a message matching the filters is in the mailbox (the newest one, at once if
+        it is already there) and return its subject, sender, one-time codes (most likely first) and
+        links. `since` (RFC 3339) ignores older mail; `timeout` is in seconds (at most 60 a call)."""
+        filters = _filters(subject, sender, query)
+        if since:
+            filters["since"] = since
+        within = min(max(timeout, 0.0), 60.0)
+        try:
+            found = await client.wait_for(mailbox, timeout=within, **filters)
+        except WaitTimedOut:
+            raise ToolError(f"no matching message arrived at {mailbox} within {within:g} s") from None
+        except (ApiError, httpx.HTTPError) as exc:
+            raise _tool_error(exc) from None
+        return _waited(found)
+
+    @server.tool()
+    async def delete_mailbox(mailbox: str) -> dict[str, Any]:
+        """Delete a mailbox and all its messages. `mailbox` is its address or id."""
+        await _api(client.delete_mailbox(mailbox))
+        return {"deleted": mailbox}
+
+    return server
+
+
+async def _api(call: Awaitable[T]) -> T:
+    """The API's errors as tool errors (the SDK's ToolError reaches the agent with its text;
+    anything else is reported as a crash without it)."""
+    try:
+        return await call
+    except (ApiError, httpx.HTTPError) as exc:
+        raise _tool_error(exc) from None
+
+
+def _tool_error(exc: ApiError | httpx.HTTPError) -> ToolError:
+    if isinstance(exc, ApiError):
+        return ToolError(str(exc))
+    return ToolError(f"inboxd did not answer: {exc!r}")
+
+
+def run() -> None:
+    """Serve the tools over stdio until the client closes it."""
+    token = os.environ.get("INBOXD_TOKEN", "")
+    if not token:
+        raise SystemExit("inboxd mcp: set INBOXD_TOKEN to an API token (and INBOXD_URL to the server)")
+    client = AsyncClient(os.environ.get("INBOXD_URL", DEFAULT_URL), token)
+    build_server(client).run("stdio")

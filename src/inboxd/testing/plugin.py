@@ -1,0 +1,77 @@
+"""The pytest plugin: command-line options and the `inboxd`, `mailbox` and `sandbox` fixtures."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from inboxd.client import ApiError
+from inboxd.testing.mailbox import TestMailbox, TestSandbox
+from inboxd.testing.server import InboxdServer, connect, start_embedded
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("inboxd", "inboxd: test e-mail")
+    group.addoption(
+        "--inboxd-url",
+        default=None,
+        help="Use the inboxd at this URL (else INBOXD_URL; else start one for the session).",
+    )
+    group.addoption("--inboxd-token", default=None, help="Its API token (else INBOXD_TOKEN).")
+    group.addoption(
+        "--inboxd-smtp",
+        default=None,
+        help="Its SMTP address as host:port, for `inboxd.send` (else INBOXD_SMTP).",
+    )
+
+
+@pytest.fixture(scope="session")
+def inboxd(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InboxdServer]:
+    """The inboxd of this test session: the one given by `--inboxd-url` / `INBOXD_URL` (with
+    `--inboxd-token` / `INBOXD_TOKEN`), or else one started on free ports in a temporary directory."""
+    config = request.config
+    url = config.getoption("--inboxd-url") or os.environ.get("INBOXD_URL")
+    if url:
+        token = config.getoption("--inboxd-token") or os.environ.get("INBOXD_TOKEN")
+        if not token:
+            raise pytest.UsageError("--inboxd-url / INBOXD_URL needs an API token: --inboxd-token or INBOXD_TOKEN")
+        smtp = config.getoption("--inboxd-smtp") or os.environ.get("INBOXD_SMTP")
+        server = connect(url, token, smtp)
+    else:
+        server = start_embedded(tmp_path_factory.mktemp("inboxd"))
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def mailbox(inboxd: InboxdServer) -> Iterator[TestMailbox]:
+    """A fresh mailbox on the server's default domain, deleted after the test."""
+    created = inboxd.client.create_mailbox()
+    box = TestMailbox(inboxd.client, id=created.id, address=created.address, token=created.token)
+    try:
+        yield box
+    finally:
+        try:
+            inboxd.client.delete_mailbox(created.id)
+        except ApiError as exc:
+            if exc.status != 404:  # the test may have deleted it itself
+                raise
+
+
+@pytest.fixture
+def sandbox(inboxd: InboxdServer) -> Iterator[TestSandbox]:
+    """The token's user's SMTP sandbox, emptied before the test (so tests using it run one at a
+    time against one server). Skips the test when the server has no sandbox."""
+    try:
+        info = inboxd.client.sandbox()
+    except ApiError as exc:
+        if exc.status == 404:
+            pytest.skip("this inboxd has no SMTP sandbox")
+        raise
+    box = TestSandbox(inboxd.client, info, password=inboxd.token)
+    box.purge()
+    yield box

@@ -1,0 +1,73 @@
+"""`inboxd mcp` as a child process, driven over stdio by the `mcp` SDK's own client against a real inboxd."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp_types import CallToolResult, TextContent
+
+from tests.conftest import Harness, simple_message
+
+sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+
+
+def text(result: CallToolResult) -> str:
+    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+def data(result: CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, text(result)
+    found: dict[str, Any] = result.structured_content
+    return found
+
+
+@sqlite_only
+async def test_mcp_tools_over_stdio(harness: Harness) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "inboxd", "mcp"],
+        env={"INBOXD_URL": f"http://127.0.0.1:{harness.server.http_port}", "INBOXD_TOKEN": harness.admin_token},
+    )
+    async with Client(params) as client:
+        tools = await client.list_tools()
+        assert sorted(t.name for t in tools.tools) == [
+            "create_mailbox",
+            "delete_mailbox",
+            "list_messages",
+            "read_message",
+            "wait_for_message",
+        ]
+        address = data(await client.call_tool("create_mailbox", {}))["address"]
+        assert address.endswith("@" + harness.domain)
+
+        # The wait is held open until the mail is committed.
+        waiting = asyncio.ensure_future(
+            client.call_tool("wait_for_message", {"mailbox": address, "subject": "verify", "timeout": 20})
+        )
+        await asyncio.sleep(0.5)
+        message = simple_message(subject="Verify your account", body="Your code is 660 912.")
+        message.add_alternative('<p>Code: <b>660912</b></p><a href="https://app.example/v?t=7">Verify</a>', "html")
+        await harness.send(address, message)
+        arrived = data(await asyncio.wait_for(waiting, 20))
+        assert arrived["subject"] == "Verify your account"
+        assert arrived["from"] == "Alice <alice@example.org>"
+        assert arrived["codes"] == ["660912"]
+        assert arrived["links"] == [{"url": "https://app.example/v?t=7", "text": "Verify"}]
+
+        listed = data(await client.call_tool("list_messages", {"mailbox": address, "sender": "alice"}))["messages"]
+        assert [(m["id"], m["subject"]) for m in listed] == [(arrived["id"], "Verify your account")]
+        read = data(await client.call_tool("read_message", {"mailbox": address, "message_id": arrived["id"]}))
+        assert read["text_body"].startswith("Your code is 660 912.") and read["codes"] == ["660912"]
+        assert read["to"] == "someone@example.test"
+
+        timed_out = await client.call_tool("wait_for_message", {"mailbox": address, "subject": "nope", "timeout": 0.5})
+        assert timed_out.is_error and "no matching message arrived" in text(timed_out)
+
+        assert data(await client.call_tool("delete_mailbox", {"mailbox": address})) == {"deleted": address}
+        gone = await client.call_tool("list_messages", {"mailbox": address})
+        assert gone.is_error and "404 not_found" in text(gone)

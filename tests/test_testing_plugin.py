@@ -1,0 +1,126 @@
+"""The pytest plugin, run by pytest's own `pytester`: the embedded inboxd, a running one given by
+`--inboxd-url`, the `mailbox` and `sandbox` fixtures, and what a failed wait says."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.serverproc import ServerProcess
+
+EMBEDDED_SUITE = """
+import smtplib
+from email.message import EmailMessage
+
+import pytest
+
+SEEN = []
+
+
+def send(inboxd, to, subject, body):
+    message = EmailMessage()
+    message["From"] = "Shop <shop@example.com>"
+    message["To"] = to
+    message["Subject"] = subject
+    message.set_content(body)
+    with smtplib.SMTP(inboxd.smtp_host, inboxd.smtp_port) as smtp:
+        smtp.send_message(message)
+
+
+def test_code_and_links(inboxd, mailbox):
+    SEEN.append(mailbox.address)
+    assert inboxd.embedded and mailbox.address.startswith("test-")
+    inboxd.send(mailbox.address, subject="Verify your email",
+                text="Your code is 734 112.\\nOr open https://shop.example/verify?t=9")
+    msg = mailbox.wait_for(subject="Verify", timeout=20)
+    assert msg.code == "734112"
+    assert msg.links[0].url == "https://shop.example/verify?t=9"
+    assert [m.subject for m in mailbox.messages()] == ["Verify your email"]
+
+
+def test_each_wait_returns_a_newer_message(inboxd, mailbox):
+    SEEN.append(mailbox.address)
+    send(inboxd, mailbox.address, "Your code", "Code: 1111")
+    assert mailbox.wait_for(timeout=20).code == "1111"
+    send(inboxd, mailbox.address, "Your code", "Code: 2222")
+    assert mailbox.wait_for(subject="code", timeout=20).code == "2222"
+
+
+def test_mailboxes_are_deleted_after_each_test(inboxd):
+    from inboxd.client import ApiError
+    assert len(SEEN) == 2 and SEEN[0] != SEEN[1]
+    for address in SEEN:
+        with pytest.raises(ApiError, match="404"):
+            inboxd.client.mailbox(address)
+
+
+def test_failed_wait(inboxd, mailbox):
+    send(inboxd, mailbox.address, "Welcome aboard", "Hello!")
+    mailbox.wait_for(timeout=10)
+    mailbox.wait_for(subject="Reset your password", timeout=1)
+"""
+
+REMOTE_SUITE = """
+import os
+import smtplib
+from email.message import EmailMessage
+
+
+def test_uses_the_given_server(inboxd, mailbox):
+    assert not inboxd.embedded and inboxd.url == os.environ["EXPECTED_URL"]
+    inboxd.send(mailbox.address, subject="Hi", text="PIN: 9090")
+    assert mailbox.wait_for(timeout=20).code == "9090"
+
+
+def test_sandbox(sandbox):
+    message = EmailMessage()
+    message["From"] = "app@example.com"
+    message["To"] = "customer@example.org"
+    message["Subject"] = "Confirm your account"
+    message.set_content("Your confirmation code: QX7K2M")
+    with smtplib.SMTP(sandbox.smtp_host, sandbox.smtp_port) as smtp:
+        smtp.login(sandbox.username, sandbox.password)
+        smtp.send_message(message)
+    msg = sandbox.wait_for(subject="Confirm", timeout=20)
+    assert msg.code == "QX7K2M" and msg.recipients == ("customer@example.org",)
+    assert [m.subject for m in sandbox.messages()] == ["Confirm your account"]
+"""
+
+
+def test_embedded_inboxd(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_app=EMBEDDED_SUITE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=240)
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E * inboxd: a message with subject='Reset your password' newer than the one the previous wait_for "
+            "returned did not arrive at test-*@* within 1 s.",
+            "E * What did arrive (1, newest first):",
+            "E * - *  from 'Shop <shop@example.com>'  subject 'Welcome aboard'",
+        ]
+    )
+
+
+async def test_running_inboxd_given_by_url(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await ServerProcess.start(tmp_path / "data", INBOXD_PRO_CREATE_INTERVAL="0", INBOXD_SUBMISSION_PORT="0")
+    try:
+        assert server.bootstrap_token is not None
+        url = f"http://127.0.0.1:{server.http_port}"
+        pytester.makepyfile(test_app=REMOTE_SUITE)
+        monkeypatch.setenv("INBOXD_TOKEN", server.bootstrap_token)
+        monkeypatch.setenv("EXPECTED_URL", url)
+        args = ("-p", "no:cacheprovider", "--inboxd-url", url, "--inboxd-smtp", f"127.0.0.1:{server.smtp_port}")
+        result = await asyncio.to_thread(pytester.runpytest_subprocess, *args, timeout=240)
+        result.assert_outcomes(passed=2)
+        # The mailbox the test used is gone, the sandbox keeps what it captured.
+        async with httpx.AsyncClient(base_url=url) as http:
+            auth = {"Authorization": f"Bearer {server.bootstrap_token}"}
+            assert (await http.get("/api/user/accounts", headers=auth)).json()["accounts"] == []
+            assert len((await http.get("/api/user/sandbox/messages", headers=auth)).json()["messages"]) == 1
+    finally:
+        await server.stop()
