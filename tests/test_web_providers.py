@@ -217,8 +217,10 @@ async def test_bad_answers_from_providers_get_a_page_and_no_session(start_web: S
             callback = await flow(web, "oidc")
             tampered = await web.http.get(re.sub(r"state=[^&]+", "state=forged", callback))
             assert tampered.status_code == 400 and "could not be matched" in tampered.text
+            flow_session = session_cookie(web)
             signed_in = await web.http.get(callback)
             assert signed_in.status_code == 303 and signed_in.headers["location"] == "/account"
+            assert session_cookie(web) not in (None, flow_session)  # signing in makes a new session
             assert (await web.http.get("/account")).status_code == 200
             # Replayed: the state was spent, whoever sends it again.
             replay = await web.http.get(callback)

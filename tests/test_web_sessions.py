@@ -142,3 +142,16 @@ async def test_suspending_a_user_ends_their_sessions(harness: Harness) -> None:
         link = await harness.server.services.sign_in.issue_link(user)
         refused = await client.post(link.split("8025", 1)[1], headers=origin(harness))
         assert refused.status_code == 403 and "suspended" in refused.text
+
+
+async def test_expired_sessions_and_stale_links_are_swept(harness: Harness) -> None:
+    services = harness.server.services
+    admin = await services.users.user_by_email("admin@localhost")
+    kept = await services.sessions.open(admin)
+    await services.sign_in.issue_link(admin)
+    harness.clock.advance(harness.server.settings.session_ttl + 1)
+    fresh = await services.sessions.open(admin)
+    assert await services.sessions.sweep() == 1  # the expired one; the fresh one stays
+    assert await services.sessions.resolve(kept.value) is None
+    assert await services.sessions.resolve(fresh.value) is not None
+    assert await services.sign_in.sweep() == 2  # ours and the one printed at first start

@@ -178,7 +178,7 @@ class Providers:
         )
 
 
-def _translate(exc: Exception, label: str) -> Exception:
+def _translate(exc: Exception, label: str) -> InvalidRequest | ProviderError:
     """A provider's failure → our error, with a message a person can act on."""
     if isinstance(exc, MismatchingStateError):
         return InvalidRequest(
@@ -192,9 +192,10 @@ def _translate(exc: Exception, label: str) -> Exception:
         return ProviderError(f"{label} could not be reached. Please try again in a moment.")
     if isinstance(exc, AuthlibBaseError | JoseError):
         return ProviderError(f"{label} did not confirm the sign-in ({_describe(exc)}). Please try again.")
-    if isinstance(exc, httpx2.HTTPStatusError | ValueError | KeyError | TypeError | AttributeError | RuntimeError):
-        return ProviderError(f"{label} answered in a way inboxd does not understand. Please try again later.")
-    return exc
+    if not isinstance(exc, httpx2.HTTPStatusError | ValueError | KeyError | TypeError | AttributeError | RuntimeError):
+        # Nothing a provider sends should reach here; if it does, the visitor still gets a page.
+        log.exception("unexpected failure of a sign-in with %s", label)
+    return ProviderError(f"{label} answered in a way inboxd does not understand. Please try again later.")
 
 
 def _describe(exc: Exception) -> str:

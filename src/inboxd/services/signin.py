@@ -133,6 +133,10 @@ class SignInService:
             raise SignInRefused("This account has been suspended.", code="account_revoked")
         return user
 
+    async def sweep(self) -> int:
+        """Forget links expired a day ago (until then a used or late link still gets its own page)."""
+        return await self._db.write(partial(store.delete_stale_links, before=self._clock() - 86400))
+
 
 _LINK_PROBLEMS = {
     "unknown": "This sign-in link is not valid. Check that you copied all of it, or ask for a new one.",

@@ -59,3 +59,4 @@ class Sweeper:
             pass
         # Expired browser sessions are refused when read; this only keeps the table small.
         await self._services.sessions.sweep()
+        await self._services.sign_in.sweep()
