@@ -279,6 +279,23 @@ async def test_expiry_then_purge(harness: Harness) -> None:
     assert (await harness.http.get(f"{base}/{item['id']}", headers=harness.auth())).status_code == 404
 
 
+async def test_expired_bytes_leave_used_at_expiry_not_at_the_sweep(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    await harness.send(box["address"])
+    harness.clock.advance(86400)
+    await harness.send(box["address"])
+    info = f"/api/accounts/{box['id']}"
+    both = (await harness.http.get(info, headers=harness.auth())).json()["used"]
+    harness.clock.advance(29 * 86400 + 1)  # the first message expires (Pro: 30 days); no sweep runs
+    [left] = (await harness.http.get(f"{info}/messages", headers=harness.auth())).json()["messages"]
+    now = (await harness.http.get(info, headers=harness.auth())).json()["used"]
+    assert now == left["size"] and now < both
+    listed = (await harness.http.get("/api/user/accounts", headers=harness.auth())).json()["accounts"]
+    assert [a["used"] for a in listed if a["id"] == box["id"]] == [now]
+    await harness.server._workers[0].sweep()  # the sweep changes nothing that can be seen
+    assert (await harness.http.get(info, headers=harness.auth())).json()["used"] == now
+
+
 async def test_free_retention_is_seven_days(harness: Harness) -> None:
     free = await harness.new_user(plan="free")
     box = await harness.new_mailbox(free)

@@ -94,3 +94,31 @@ async def test_every_json_answer_decodes_as_its_declared_struct(harness: Harness
         f"/api/accounts/{mailbox}/messages/{listing.messages[0].id}", headers=harness.auth()
     )
     msgspec.json.decode(detail.content, type=schemas.MessageDetailOut)
+
+
+def test_docs_api_md_is_rendered_from_the_document() -> None:
+    """docs/api.md cannot drift: regenerate it with `python -m inboxd.api.reference > docs/api.md`."""
+    from pathlib import Path
+
+    from inboxd.api.reference import current
+
+    written = (Path(__file__).parent.parent / "docs" / "api.md").read_text()
+    assert written == current(), "docs/api.md is stale: run `python -m inboxd.api.reference > docs/api.md`"
+    for route in ("GET /healthz", "GET /api/accounts/{mailbox}/messages/{id}/attachments/{index}"):
+        assert f"### `{route}`" in written
+    assert "### `PUT /api/accounts/{mailbox}/messages/read`" in written
+
+
+def test_readme_links_stay_inside_the_repository() -> None:
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    readme = (root / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)\s]+)\)", readme)
+    assert "docs/api.md" in targets
+    for target in targets:
+        assert not re.match(r"[a-z]+:", target), target
+        path = target.split("#", 1)[0]
+        assert not path or (root / path).exists(), target
+    assert "shared/spec" not in readme

@@ -35,7 +35,7 @@ async def create_mailbox(request: Request, call: Call) -> Response:
 @describe("Get a mailbox", tag="mailboxes", response=schemas.MailboxOut, errors=(404,))
 @endpoint(mailbox_token=True)
 async def get_mailbox(request: Request, call: Call) -> Response:
-    found = await call.services.mailboxes.find(call.principal, request.path_params["mailbox"])
+    found = await call.services.mailboxes.current(call.principal, request.path_params["mailbox"])
     return json_response(schemas.mailbox(found))
 
 

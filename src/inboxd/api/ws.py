@@ -6,7 +6,8 @@ client has `ws_auth_timeout` seconds to send `{"type": "auth", "token": <mailbox
 Every refusal is one `{"error": ...}` message followed by close 1008.
 
 Each connection keeps a bounded queue of frames not yet written; a client that stops reading
-fills it and is dropped (its TCP connection aborted), so it never holds up the others. Pings and
+fills it and is dropped (its TCP connection aborted), so it never holds up the others. A frame
+still unwritten after `ws_write_timeout` seconds drops its client too, however few are queued. Pings and
 the pong deadline are uvicorn's (`ws_ping_interval`/`ws_ping_timeout`, set in `app.py`), as are
 the 64 KiB frame limit (close 1009) and compression being off.
 
@@ -99,13 +100,34 @@ def _shed_handshake(scope: Scope, receive: Receive) -> None:
 class Connection:
     """One authenticated socket: its mailbox, its token's generation and its send queue."""
 
-    __slots__ = ("_abort", "_limit", "_pending", "_ready", "_send", "_sender", "closed", "gen", "mailbox_id", "slot")
+    __slots__ = (
+        "_abort",
+        "_limit",
+        "_pending",
+        "_ready",
+        "_send",
+        "_sender",
+        "_timeout",
+        "closed",
+        "gen",
+        "mailbox_id",
+        "slot",
+    )
 
-    def __init__(self, send: Send, claims: MailboxClaims, *, limit: int, abort: Callable[[], None] | None) -> None:
+    def __init__(
+        self,
+        send: Send,
+        claims: MailboxClaims,
+        *,
+        limit: int,
+        timeout: float,
+        abort: Callable[[], None] | None,
+    ) -> None:
         self._send = send
         self.mailbox_id = claims.mailbox_id
         self.gen = claims.password_gen
         self._limit = limit
+        self._timeout = timeout
         self._abort = abort
         # Frames not yet written; None while there are none (most connections are idle).
         self._pending: deque[str] | None = None
@@ -149,7 +171,13 @@ class Connection:
                 if frame is _REVOKED:
                     await self.refuse("invalid_token")
                     return
-                await self._send({"type": "websocket.send", "text": frame})
+                # The send waits while the server's buffer for this client is full.
+                async with asyncio.timeout(self._timeout):
+                    await self._send({"type": "websocket.send", "text": frame})
+        except TimeoutError:
+            log.info("dropping a WebSocket client of %s: a frame unwritten for %s s", self.mailbox_id, self._timeout)
+            self._sender = None  # this task ends here; drop() must not cancel it
+            self.drop()
         except Exception as exc:  # the peer went away mid-send; the receive loop ends the session
             log.debug("WebSocket send failed: %s", exc)
             self.closed = True
@@ -241,7 +269,13 @@ class WebSocketHub:
                 self._services.bus.release_slot(slot)
             await _refuse(send, "too_many_connections")
             return None
-        conn = Connection(send, claims, limit=settings.ws_send_queue, abort=_transport_abort(receive))
+        conn = Connection(
+            send,
+            claims,
+            limit=settings.ws_send_queue,
+            timeout=settings.ws_write_timeout,
+            abort=_transport_abort(receive),
+        )
         conn.slot = slot
         self._join(conn)
         try:

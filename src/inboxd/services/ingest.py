@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import msgspec
@@ -107,6 +107,9 @@ class IngestService:
             # A suspended user's mailboxes exist but take no mail until the user is reactivated.
             raise MessageRejected(code="mailbox_disabled")
         mailbox = found.mailbox
+        due = await self._db.read(partial(message_store.due_sizes, mailbox_ids=[mailbox.id], now=self._clock()))
+        if mailbox.id in due:  # expired bytes free their room at once, not at the next sweep
+            mailbox = replace(mailbox, used=max(0, mailbox.used - due[mailbox.id]))
         if mailbox.used >= mailbox.quota or (declared_size and mailbox.used + declared_size > mailbox.quota):
             raise MessageRejected(code="mailbox_full")
         return Recipient(mailbox=mailbox, plan=found.plan)

@@ -16,7 +16,7 @@ import re
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Literal
 
@@ -36,6 +36,7 @@ from inboxd.services.credentials import (
 )
 from inboxd.store import custom_domains as domain_store
 from inboxd.store import mailboxes as store
+from inboxd.store import messages as message_store
 from inboxd.store import users as user_store
 from inboxd.store.db import Database, Tx
 
@@ -202,6 +203,17 @@ class MailboxService:
             raise NotFound("No such mailbox.")
         return mailbox
 
+    async def current(self, principal: Principal, ref: str, *, scope: Scope = "token") -> Mailbox:
+        """`find`, with `used` as of now: an expired message's bytes leave it at its expiry."""
+        return (await self.with_current_use([await self.find(principal, ref, scope=scope)]))[0]
+
+    async def with_current_use(self, mailboxes: list[Mailbox]) -> list[Mailbox]:
+        """The stored `used` less the bytes of messages that expired since the last sweep."""
+        due = await self._db.read(
+            partial(message_store.due_sizes, mailbox_ids=[m.id for m in mailboxes], now=self._clock())
+        )
+        return [replace(m, used=max(0, m.used - due[m.id])) if m.id in due else m for m in mailboxes]
+
     async def live_token(self, principal: Principal, ref: str) -> str:
         """A mailbox token for the owner's browser to follow the mailbox over the WebSocket."""
         mailbox = await self.find(principal, ref, scope="user")
@@ -221,7 +233,7 @@ class MailboxService:
         before = _decode_cursor(cursor) if cursor else None
         # One more than the page tells whether another page follows without a count.
         rows = await self._db.read(partial(store.list_for_user, user_id=user.id, limit=limit + 1, before=before))
-        page = rows[:limit]
+        page = await self.with_current_use(rows[:limit])
         return page, _encode_cursor(page[-1]) if len(rows) > limit else ""
 
     async def delete(self, principal: Principal, ref: str, *, scope: Scope = "token") -> None:

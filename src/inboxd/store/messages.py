@@ -177,6 +177,21 @@ PURGE_DELETED = "SELECT id FROM messages WHERE deleted = 1 LIMIT ?"
 PURGE_EXPIRED = "SELECT id, source_id FROM messages WHERE expired = 1 AND expires_at <= ? AND deleted = 0 LIMIT ?"
 
 
+async def due_sizes(tx: Tx, mailbox_ids: Sequence[str], *, now: float) -> dict[str, int]:
+    """Bytes per mailbox of messages past their expiry that the sweep has not yet taken out of
+    `used` (ix_messages_due): `used` minus these is the mailbox's usage at `now`."""
+    if not mailbox_ids:
+        return {}
+    marks = ", ".join("?" for _ in mailbox_ids)
+    rows = await tx.fetch(
+        f"SELECT mailbox_id, SUM(size) FROM messages WHERE mailbox_id IN ({marks}) AND expired = 0 "
+        "AND expires_at <= ? AND deleted = 0 GROUP BY mailbox_id",
+        *mailbox_ids,
+        now,
+    )
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
 async def expire_due(tx: Tx, *, now: float, limit: int) -> int:
     """Flag messages whose retention ended and take their bytes out of `used`."""
     rows = await tx.fetch(EXPIRE_DUE, now, limit)
