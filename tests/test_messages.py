@@ -296,6 +296,23 @@ async def test_expired_bytes_leave_used_at_expiry_not_at_the_sweep(harness: Harn
     assert (await harness.http.get(info, headers=harness.auth())).json()["used"] == now
 
 
+async def test_large_bodies_are_answered_whole_and_exact(harness: Harness) -> None:
+    """Bodies past the streaming threshold are encoded piece by piece; the JSON is the same."""
+    box = await harness.new_mailbox()
+    text = ('quote " backslash \\ tab \t nul \x00 ünïcødé 😀 \u2028 ' * 9000)[:300_000]
+    html = "<p>" + "x<br>\x01" * 40_000 + "</p>"
+    message = simple_message(body=text)
+    message.add_alternative(html, subtype="html")
+    await harness.send(box["address"], message)
+    base = f"/api/accounts/{box['id']}/messages"
+    [item] = (await harness.http.get(base, headers=harness.auth())).json()["messages"]
+    for _ in range(2):  # the first open parses, the second too (too big to keep)
+        detail = (await harness.http.get(f"{base}/{item['id']}", headers=harness.auth())).json()
+        assert detail["text_body"].replace("\r\n", "\n") == text + "\n"
+        assert detail["html_body"].replace("\r\n", "\n") == html + "\n"
+        assert detail["id"] == item["id"] and detail["subject"] == "Hello" and detail["is_read"] is False
+
+
 async def test_free_retention_is_seven_days(harness: Harness) -> None:
     free = await harness.new_user(plan="free")
     box = await harness.new_mailbox(free)

@@ -6,13 +6,13 @@ rules of the path (mailbox tokens, Pro), the limits and their headers; handlers 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from inboxd.errors import Forbidden, InboxdError, InvalidRequest, PayloadTooLarge, Unauthorized
 from inboxd.model import Principal
@@ -50,6 +50,36 @@ def services_of(request: Request) -> Services:
 
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(_encoder.encode(data), status_code=status, media_type=JSON, headers=headers)
+
+
+_STREAM_CHARS = 64 * 1024
+
+
+def json_stream_response(data: msgspec.Struct, *, fields: tuple[str, ...], status: int = 200) -> Response:
+    """`data` as JSON, its long string `fields` encoded piece by piece while the answer is sent:
+    a body of control characters grows sixfold in JSON, and this never holds it encoded whole.
+    Each named field must hold a str and be encoded by name with no rename."""
+    values = {name: getattr(data, name) for name in fields}
+    if sum(len(v) for v in values.values()) <= _STREAM_CHARS:
+        return json_response(data, status)
+    skeleton = _encoder.encode(msgspec.structs.replace(data, **dict.fromkeys(fields, "")))
+    pieces: list[tuple[bytes, str]] = []
+    rest = skeleton
+    for name in fields:
+        marker = f'"{name}":""'.encode()
+        head, found, rest = rest.partition(marker)
+        assert found, name
+        pieces.append((head + marker[:-1], values[name]))
+        rest = b'"' + rest
+
+    async def body() -> AsyncIterator[bytes]:
+        for head, text in pieces:
+            yield head
+            for start in range(0, len(text), _STREAM_CHARS):
+                yield _encoder.encode(text[start : start + _STREAM_CHARS])[1:-1]
+        yield rest
+
+    return StreamingResponse(body(), status_code=status, media_type=JSON)
 
 
 def no_content() -> Response:

@@ -10,7 +10,7 @@ from starlette.routing import Route
 
 from inboxd.api import schemas
 from inboxd.api.filters import FILTER_QUERY, WAIT_DESCRIPTION, WAIT_QUERY, message_filter, wait_response, wait_timeout
-from inboxd.api.http import Call, endpoint, int_query, json_response, no_content, read_json
+from inboxd.api.http import Call, endpoint, int_query, json_response, json_stream_response, no_content, read_json
 from inboxd.api.openapi import Query, describe
 from inboxd.model import Mailbox
 
@@ -63,7 +63,7 @@ async def wait_message(request: Request, call: Call) -> Response:
 @endpoint(mailbox_token=True)
 async def get_message(request: Request, call: Call) -> Response:
     detail = await call.services.messages.detail(await _mailbox(request, call), request.path_params["id"])
-    return json_response(schemas.message_detail(detail))
+    return json_stream_response(schemas.message_detail(detail), fields=("text_body", "html_body"))
 
 
 @describe(

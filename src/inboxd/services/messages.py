@@ -30,6 +30,9 @@ from inboxd.store.db import Database, Tx
 
 MAX_MARK_IDS = 200
 OFF_LOOP_BYTES = 256 * 1024
+# A kept parse larger than this is not kept: its JSON (six bytes per control character) would be
+# written, read and decoded whole on every open; such a message is parsed again when opened.
+KEEP_DETAIL_BYTES = 2 * 1024 * 1024
 
 
 # The kept parse says which version of it it is; an older one is parsed again on its next open, so
@@ -109,7 +112,8 @@ class MessageService:
         stored = None if cached is None else _decode_detail(cached)
         if stored is None or stored.v < DETAIL_VERSION:
             stored = await asyncio.to_thread(_build_detail, await self._raw(summary))
-            await self._db.write(partial(store.save_detail, message_id=summary.id, detail=_encode(stored)))
+            if len(stored.text_body) + len(stored.html_body) <= KEEP_DETAIL_BYTES // 6:
+                await self._db.write(partial(store.save_detail, message_id=summary.id, detail=_encode(stored)))
         return MessageDetail(
             summary=summary,
             address=mailbox.address,
