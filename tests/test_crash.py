@@ -197,9 +197,16 @@ async def test_acknowledged_mail_survives_sigkill(crash_env: dict[str, str], tmp
                 )
                 for n in range(SENDERS)
             ]
+            before = len(ledger.acked)
             for thread in threads:
                 thread.start()
-            await asyncio.sleep(rng.uniform(0.15, 0.7))
+            # Kill at a random moment once the load is flowing (a busy machine can take a while
+            # to deliver the first message of a round).
+            for _ in range(3000):
+                if len(ledger.acked) > before:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(rng.uniform(0.0, 0.5))
             await server.kill()
             for thread in threads:
                 await asyncio.to_thread(thread.join, 20)

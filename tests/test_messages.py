@@ -6,6 +6,7 @@ from email.message import EmailMessage
 from email.policy import SMTP
 from functools import partial
 
+from inboxd.services.messages import DETAIL_VERSION
 from inboxd.store import messages as message_store
 from tests.conftest import Harness, simple_message
 
@@ -126,7 +127,7 @@ async def test_detail_kept_by_an_older_version_is_parsed_again(harness: Harness)
     assert d["codes"] == ["774411"]
     assert ["From", "Alice <alice@example.org>"] in d["headers"]
     kept = await db.read(partial(message_store.detail_json, message_id=item["id"]))
-    assert kept is not None and '"v":2' in kept
+    assert kept is not None and f'"v":{DETAIL_VERSION}' in kept
 
 
 async def test_source_and_attachments(harness: Harness) -> None:

@@ -94,6 +94,13 @@ async def test_every_page_carries_the_security_headers(harness: Harness) -> None
             assert answer.headers["x-content-type-options"] == "nosniff"
             assert answer.headers["referrer-policy"] == "same-origin"
         assert answers[0].headers["cache-control"] == "no-store"
+        lost = await client.get("/no/such/page", headers={"Accept": "text/html,*/*"})
+        assert lost.status_code == 404 and "There is no page at this address." in lost.text
+        assert (
+            "Back to your account" in lost.text and "frame-ancestors 'none'" in lost.headers["content-security-policy"]
+        )
+        api = await client.get("/api/no/such", headers={"Accept": "text/html,*/*"})
+        assert api.status_code == 404 and api.json()["error"] == "not_found"
         assert answers[3].status_code == 410 and "This sign-in link is not valid" in answers[3].text
         assert answers[4].headers["content-type"].startswith("text/css")
 

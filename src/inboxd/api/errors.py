@@ -33,9 +33,19 @@ async def on_inboxd_error(request: Request, exc: Exception) -> Response:
     return error_response(exc)
 
 
+def _wants_a_page(request: Request) -> bool:
+    """A browser asking for a path outside the API gets the dashboard's "not found" page."""
+    path = request.url.path
+    return not (path == "/api" or path.startswith("/api/")) and "text/html" in request.headers.get("accept", "")
+
+
 async def on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
+        if _wants_a_page(request):
+            from inboxd.web.errors import not_found_page
+
+            return await not_found_page(request)
         return error_response(NotFound("No such endpoint."))
     if exc.status_code == 405:
         response = error_response(MethodNotAllowed())

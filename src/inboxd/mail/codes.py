@@ -280,6 +280,7 @@ _NEGATIVES = re.compile(
     r"\bflight|\bpnr\b|\bseat\b|\broom\b|\bsuite\b|\bapt\b|\bunit\b|\bfloor\b|\bgate\b|\bserial|\bmodel\b|"
     r"\bending in\b|\bendet auf\b|\bsku\b|\bitem\b|\bproduct|\bversion\b|\bbuild\b|\brelease\b|\bissue\b|\bpr\b|"
     r"\bpull request|\bcommit|"
+    r"\bdial[- ]?in\b|\bmeeting id\b|\bconference id\b|"
     r"\bphone|\btel\b|\btel\.|\btelephone|\bcall\b|\bfax\b|\bmobile\b|\bwhatsapp|\bhotline|"
     r"\bzip|\bpostal|\bpostcode|\bplz\b|\bcep\b|code postal|código postal|"
     r"\bprice|\btotal|\bamount|\bsubtotal|\bbalance|\bpaid\b|\bcost|\bfee\b|\busd\b|\beur\b|\bgbp\b|"
@@ -322,7 +323,7 @@ _YEAR = re.compile(r"(?:19|20)\d\d")
 # Characters that make the adjacent number a price, a quantity, a date part or part of an identifier.
 _BAD_BEFORE = frozenset("#$€£¥￥₹₩+@&=?%_\\~^")
 _BAD_AFTER_DIGITS = re.compile(
-    r"^\s?(?:%|€|\$|£|¥|円|元|块|年|月|日|時|时|分|秒|号|號|件|個|个|人|回|歳|点|kr\b|eur\b|usd\b|"
+    r"^\s?(?:%|#|€|\$|£|¥|円|元|块|年|月|日|時|时|分|秒|号|號|件|個|个|人|回|歳|点|kr\b|eur\b|usd\b|"
     r"[kKmMgG]?[bB]\b|px\b|pt\b|km\b|kg\b|mg\b|ml\b|mi\b|points?\b|pts\b|miles?\b|words?\b|views?\b|"
     r"followers?\b|users?\b|members?\b|people\b|items?\b|times?\b|days?\b|hours?\b|minutes?\b|seconds?\b)",
     re.IGNORECASE,

@@ -36,8 +36,9 @@ KEEP_DETAIL_BYTES = 2 * 1024 * 1024
 
 
 # The kept parse says which version of it it is; an older one is parsed again on its next open, so
-# fields added since (codes, links, headers...) appear on messages received before them.
-DETAIL_VERSION = 2
+# fields added since (codes, links, headers...) appear on messages received before them. Raise it
+# too when the rules of inboxd.mail.codes change, so kept codes and links follow them.
+DETAIL_VERSION = 3
 
 
 class _StoredDetail(msgspec.Struct):

@@ -108,18 +108,34 @@ async def query(tx: Tx, mailbox_id: str, flt: MessageFilter) -> Query:
         source = "message_fts f JOIN message_search s ON s.doc_id = f.rowid JOIN messages m ON m.id = s.message_id"
         return Query(source, ["f.message_fts MATCH ?", *where], [_fts5_query(terms), *args], "f.rowid DESC")
     # PostgreSQL: a few matches are fetched from the GIN index and sorted; many are better found
-    # by walking the mailbox newest first until a page is full. The planner guesses between the
-    # two from word statistics of the whole table; counting the mailbox's matches first decides.
-    tsquery = _tsquery(terms)
+    # by walking the mailbox newest first until a page is full. Counting the mailbox's matches
+    # first decides. The tsquery and the mailbox go into the SQL text as literals: asyncpg keeps
+    # prepared statements, and PostgreSQL's generic plan for a parameter tsquery knows nothing
+    # of the word and may pick a sequential scan (docs/performance.md, "Search and waits").
+    literal = _literal(_tsquery(flt.terms))
     matches = await tx.fetch(
-        "SELECT message_id FROM message_search WHERE terms @@ CAST(? AS tsquery) LIMIT ?", tsquery, FEW_MATCHES + 1
+        f"SELECT message_id FROM message_search WHERE terms @@ CAST({literal} AS tsquery) "
+        f"AND mailbox_id = {_literal(_uuid(mailbox_id))} LIMIT {FEW_MATCHES + 1}"
     )
     if len(matches) <= FEW_MATCHES:
-        return Query(
-            "messages m" + join, ["m.id = ANY(CAST(? AS text[]))", *where], [[r[0] for r in matches], *args], ordered
-        )
+        # Driven from the matches (a parameter array: no plan can guess its length, and from
+        # them any plan is a few key lookups and a small sort).
+        source = "unnest(CAST(? AS text[])) AS hit(id) JOIN messages m ON m.id = hit.id" + join
+        return Query(source, where, [[r[0] for r in matches], *args], ordered)
     source = "messages m JOIN message_search s ON s.message_id = m.id"
-    return Query(source, [*where, "s.terms @@ CAST(? AS tsquery)"], [*args, tsquery], ordered)
+    return Query(source, [*where, f"s.terms @@ CAST({literal} AS tsquery)"], args, ordered)
+
+
+def _literal(text: str) -> str:
+    if "?" in text:  # `?` is our placeholder (store/db.py); words never hold one
+        raise ValueError("a SQL literal may not hold a question mark")
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _uuid(value: str) -> str:
+    if not all(c in "0123456789abcdef-" for c in value):
+        raise ValueError("not a lowercase UUID")
+    return value
 
 
 def conditions(dialect: str, flt: MessageFilter) -> tuple[str, list[str], list[Any]]:

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from inboxd.errors import Forbidden, Gone, InboxdError, NotFound, ProviderError, RateLimited, SignInRefused
-from inboxd.web.pages import WebCall, render
+from inboxd.web.pages import WebCall, page, render
 
 log = logging.getLogger("inboxd.web")
 
@@ -70,3 +70,13 @@ def error_page(request: Request, call: WebCall, error: InboxdError) -> Response:
     if isinstance(error, RateLimited):
         response.headers["Retry-After"] = str(max(1, int(error.retry_after + 0.999)))
     return response
+
+
+@page("public")
+async def _not_found(request: Request, call: WebCall) -> Response:
+    raise NotFound("There is no page at this address.")
+
+
+async def not_found_page(request: Request) -> Response:
+    """The page for an unknown address, with the visitor's navigation if they are signed in."""
+    return await _not_found(request)
