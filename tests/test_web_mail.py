@@ -107,7 +107,8 @@ async def test_live_inbox_and_message_tabs(start_web: StartWeb) -> None:
     page = await web.new_page()
     await web.sign_in(page, "ann@example.test")
 
-    await page.goto("/mailboxes")
+    await page.goto("/")  # the home of a signed-in user is the mailbox list
+    await expect(page).to_have_url(re.compile(r"/mailboxes$"))
     await expect(page.get_by_text("No mailboxes yet")).to_be_visible()
     await web.screenshot(page, "mailboxes-empty")
     await page.get_by_role("button", name="Create mailbox").click()  # random name, generated password

@@ -24,7 +24,7 @@ _REASONS = {
 @page("public")
 async def home(request: Request, call: WebCall) -> Response:
     signed_in = call.session is not None and call.session.user is not None
-    return redirect("/account" if signed_in else "/auth/sign-in")
+    return redirect("/mailboxes" if signed_in else "/auth/sign-in")
 
 
 @page("public")
