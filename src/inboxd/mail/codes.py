@@ -33,6 +33,8 @@ import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
+from inboxd.mail.parse import BLOCK_TAGS
+
 __all__ = ["Link", "find_codes", "find_links"]
 
 
@@ -85,45 +87,6 @@ def find_links(text_body: str, html_body: str) -> list[Link]:
 
 # --- HTML rendering ------------------------------------------------------------------------------------
 
-_BLOCK_TAGS = frozenset(
-    [
-        "address",
-        "article",
-        "aside",
-        "blockquote",
-        "br",
-        "dd",
-        "div",
-        "dl",
-        "dt",
-        "footer",
-        "form",
-        "h1",
-        "h2",
-        "h3",
-        "h4",
-        "h5",
-        "h6",
-        "header",
-        "hr",
-        "li",
-        "main",
-        "nav",
-        "ol",
-        "p",
-        "pre",
-        "section",
-        "table",
-        "tbody",
-        "td",
-        "tfoot",
-        "th",
-        "thead",
-        "tr",
-        "ul",
-        "center",
-    ]
-)
 _SKIPPED_TAGS = frozenset(("script", "style", "title", "head"))
 _EMPHASIS_TAGS = frozenset(("b", "strong", "h1", "h2", "h3", "h4", "code", "kbd", "tt", "big", "samp", "mark"))
 _VOID_TAGS = frozenset(
@@ -172,7 +135,7 @@ class _Renderer(HTMLParser):
         if tag in _SKIPPED_TAGS:
             self._skipping = tag
             return
-        if tag in _BLOCK_TAGS:
+        if tag in BLOCK_TAGS:
             self.parts.append("\n")
         values = {name: value or "" for name, value in attrs}
         if tag in ("a", "area"):
@@ -195,7 +158,7 @@ class _Renderer(HTMLParser):
         self._stack.append((tag, emphasis, len(self.parts)))
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if self._skipping is None and tag in _BLOCK_TAGS:
+        if self._skipping is None and tag in BLOCK_TAGS:
             self.parts.append("\n")
 
     def handle_endtag(self, tag: str) -> None:
@@ -214,7 +177,7 @@ class _Renderer(HTMLParser):
                             self.emphasised.add(text)
                 del self._stack[depth:]
                 break
-        if tag in _BLOCK_TAGS:
+        if tag in BLOCK_TAGS:
             self.parts.append("\n")
 
     def handle_data(self, data: str) -> None:

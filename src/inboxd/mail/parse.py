@@ -659,7 +659,7 @@ def _html_preview(html: str) -> str:
 
 
 # Elements whose boundaries separate words when rendered.
-_BLOCK_TAGS = frozenset(
+BLOCK_TAGS = frozenset(
     (
         "address",
         "article",
@@ -695,6 +695,7 @@ _BLOCK_TAGS = frozenset(
         "thead",
         "tr",
         "ul",
+        "center",
     )
 )
 # Content that is not rendered. The title is shown in no mail client and would otherwise open every
@@ -717,18 +718,18 @@ class _TextExtractor(HTMLParser):
                 self._skipping = tag
         elif tag == "body" and self._skipping == "title":
             self._skipping = None  # an unclosed <title> must not hide the whole body
-        if tag in _BLOCK_TAGS:
+        if tag in BLOCK_TAGS:
             self.parts.append(" ")
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         # "<script/>" has no content to skip, so only the word separation of "<br/>" matters.
-        if tag in _BLOCK_TAGS:
+        if tag in BLOCK_TAGS:
             self.parts.append(" ")
 
     def handle_endtag(self, tag: str) -> None:
         if tag == self._skipping or (tag == "head" and self._skipping == "title"):
             self._skipping = None
-        if tag in _BLOCK_TAGS:
+        if tag in BLOCK_TAGS:
             self.parts.append(" ")
 
     def handle_data(self, data: str) -> None:

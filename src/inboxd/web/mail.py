@@ -11,12 +11,13 @@ and shown in an `<iframe sandbox>` without scripts or our origin.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from inboxd.api.messages import content_disposition
 from inboxd.errors import InvalidRequest
 from inboxd.mail.html_view import content_security_policy
 from inboxd.model import NO_FILTER, Mailbox, Principal
@@ -262,15 +263,10 @@ async def message_attachment(request: Request, call: WebCall) -> Response:
         part.data,
         media_type="application/octet-stream",
         headers={
-            "Content-Disposition": _attachment_disposition(part.filename or "attachment"),
+            "Content-Disposition": content_disposition(part.filename),
             "Cache-Control": "no-store",
         },
     )
-
-
-def _attachment_disposition(filename: str) -> str:
-    ascii_name = "".join(c if c.isascii() and c.isprintable() and c not in '"\\;' else "_" for c in filename)
-    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
 @page()
