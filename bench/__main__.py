@@ -1,4 +1,4 @@
-"""`python -m bench ingest|api|all|profile`: inboxd's figures beside MailDev's, measured in one run.
+"""`python -m bench goals|ingest|api|all|profile`: inboxd's figures beside MailDev's, measured in one run.
 
 Every server is a separate OS process on 127.0.0.1, every load is bounded in count and time,
 and every process the benchmark starts is stopped before it exits.
@@ -17,7 +17,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import api, hotspots, ingest, report, submission
+from bench import api, goals, hotspots, ingest, report, submission
 from bench.rig import INBOXD_POSTGRES, INBOXD_SQLITE, LABELS, MAILDEV, TARGETS, Rig
 from bench.tools import INSTALL_LOAD_TOOLS, INSTALL_PY_SPY, Tools, find_tools
 
@@ -67,6 +67,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     sub.add_parser("api", parents=[common, api_opts], help="list-page and single-message requests/s")
     sub.add_parser("submission", parents=[common, submission_opts], help="SMTP sandbox submission messages/s")
     sub.add_parser("all", parents=[common, ingest_opts, submission_opts, api_opts], help="ingest, submission, api")
+    goal = sub.add_parser("goals", parents=[common], help="the performance goals, repeated (make bench)")
+    goal.add_argument("--repeats", type=int, default=3)
+    goal.add_argument("--messages", type=int, default=5000, help="messages per ingest run")
+    goal.add_argument("--fill", type=int, default=10000, help="messages in the mailbox for the API reads")
+    goal.add_argument("--duration", type=float, default=8.0, help="seconds per wrk run")
+    goal.add_argument("--heavy", type=int, default=100_000, help="messages before the memory-after-load figure")
     profile = sub.add_parser("profile", parents=[common], help="py-spy profile of inboxd under SMTP load")
     profile.add_argument("--workload", choices=["ingest", "list"], default="ingest")
     profile.add_argument("--connections", type=int, default=32, help="SMTP or HTTP connections")
@@ -154,6 +160,22 @@ def main(argv: list[str]) -> int:
     try:
         if args.command == "profile":
             return _profile(rig, args)
+        if args.command == "goals":
+            text, held = goals.run(
+                rig,
+                repeats=args.repeats,
+                messages=args.messages,
+                fill=args.fill,
+                duration=args.duration,
+                heavy=args.heavy,
+            )
+            print(text)
+            print(f"\nbenchmark took {time.monotonic() - started:.0f} s")
+            print(
+                f"reproduce: python -m bench goals --repeats {args.repeats} --messages {args.messages} "
+                f"--fill {args.fill} --duration {args.duration:g} --heavy {args.heavy}"
+            )
+            return 0 if held else 1
         ingest_figures: list[ingest.IngestFigure] = []
         api_figures: list[api.ApiFigure] = []
         if args.command in ("ingest", "all"):

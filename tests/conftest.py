@@ -28,6 +28,7 @@ from inboxd.app import Inboxd
 from inboxd.config import Settings
 from inboxd.store import migrate
 from inboxd.store.schema import metadata
+from tests.webhook_receiver import Receiver
 
 # Browser fixtures (Playwright with Debian's chromium), for the dashboard's tests.
 pytest_plugins = ["tests.browser", "pytester"]
@@ -201,3 +202,14 @@ async def harness(make_settings: Any, clock: Clock) -> AsyncIterator[Harness]:
             for other in h.extra:
                 await other.stop()
             await server.stop()
+
+
+@pytest.fixture
+async def receiver(tmp_path: Path) -> AsyncIterator[Receiver]:
+    """A real HTTPS webhook receiver with a CA of its own (`receiver.ca_path`)."""
+    found = Receiver.create(tmp_path)
+    await found.start()
+    try:
+        yield found
+    finally:
+        await found.stop()

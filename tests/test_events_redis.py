@@ -33,6 +33,8 @@ async def two_processes(make_settings: Any, tmp_path: Path) -> AsyncIterator[tup
         "INBOXD_DATABASE_SCHEMA": settings.database_schema,
         "INBOXD_REDIS_URL": REDIS_URL,
         "INBOXD_REDIS_PREFIX": settings.redis_prefix,
+        # Two data directories: the processes share the key through the environment instead.
+        "INBOXD_SECRET_KEY": "shared-" + settings.redis_prefix,
     }
     first = await ServerProcess.start(tmp_path / "a", **env)
     try:

@@ -1,18 +1,21 @@
 """Hostile messages: each is stored over SMTP, listed and opened (detail, source, every attachment)
-within 2 s and 100 MB of extra resident memory, and never answered with a 5xx."""
+within 2 s and 100 MB of extra resident memory, and never answered with a 5xx.
+
+"Within 2 s" holds for the list, detail and source together, and for each attachment download.
+Downloading all 9,999 attachments of the 10,000-part message is 9,999 requests, whose HTTP cost
+alone (client and server in this process) exceeds 2 s; what the test bounds there is the cost per
+download, which must not grow with the number of parts (walking the MIME tree again for each took
+about 40 ms per download)."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import psutil
 import pytest
 
 from tests.conftest import Harness
-
-pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
 HEAD = b"From: a@example.org\r\nTo: b@example.com\r\nSubject: hostile\r\nMIME-Version: 1.0\r\n"
 
@@ -70,10 +73,8 @@ def _huge_claim() -> bytes:
 
 CORPUS = {
     "nesting-1000": _nested(1000),
-    # Not yet within bounds, so not here (README, "Security and hostile input"): many parts
-    # (`_many_parts`: each attachment download parses the whole message again; 200 parts took
-    # 3.7 s to open, 10,000 parts 4.1 s for the detail alone) and a 10 MB header (`_big_header`:
-    # about 100 MB extra resident memory, at the limit).
+    "parts-10000": _many_parts(10_000),
+    "header-10mb": _big_header(10 * 1024 * 1024),
     "broken-encodings": _broken_encodings(),
     "unknown-charsets": _unknown_charsets(),
     "encoded-word-flood": _encoded_word_flood(100_000),
@@ -108,14 +109,19 @@ class Peak:
         return (self.peak - self.base) / 1e6
 
 
-def _paths(base: str, message_id: str, attachments: int) -> Iterator[str]:
-    yield f"{base}/{message_id}"
-    yield f"{base}/{message_id}/source"
-    for index in range(attachments):
-        yield f"{base}/{message_id}/attachments/{index}"
+# Per download, client included; a download that walks the whole 10,000-part message again costs
+# several times this.
+PER_ATTACHMENT = 0.01
 
 
-@pytest.mark.parametrize("name", sorted(CORPUS))
+# Every case on SQLite and PostgreSQL, but the 9,999 downloads of the 10,000-part message on SQLite
+# only (about a minute on PostgreSQL, whose read path is the same code).
+CASES = [("sqlite", name) for name in sorted(CORPUS)] + [
+    ("postgres", name) for name in sorted(CORPUS) if name != "parts-10000"
+]
+
+
+@pytest.mark.parametrize(("backend", "name"), CASES, indirect=["backend"])
 async def test_hostile_message_is_stored_listed_and_opened(harness: Harness, name: str) -> None:
     box = await harness.new_mailbox()
     assert await harness.send(box["address"], CORPUS[name]) == {}
@@ -127,9 +133,21 @@ async def test_hostile_message_is_stored_listed_and_opened(harness: Harness, nam
         [item] = listed.json()["messages"]
         detail = await harness.http.get(f"{base}/{item['id']}", headers=harness.auth())
         assert detail.status_code == 200, detail.text[:200]
-        for path in _paths(base, item["id"], len(detail.json()["attachments"])):
-            answer = await harness.http.get(path, headers=harness.auth())
-            assert answer.status_code < 500, (path, answer.status_code)
-        elapsed = time.perf_counter() - started
-    assert elapsed < 2.0, (name, elapsed)
+        source = await harness.http.get(f"{base}/{item['id']}/source", headers=harness.auth())
+        assert source.status_code == 200
+        assert source.content.endswith(CORPUS[name])
+        opened = time.perf_counter() - started
+        count = len(detail.json()["attachments"])
+        if name == "parts-10000":
+            assert count == 9_999  # the walk reads 10,000 entities, the message itself included
+        slowest = 0.0
+        for index in range(count):
+            before = time.perf_counter()
+            answer = await harness.http.get(f"{base}/{item['id']}/attachments/{index}", headers=harness.auth())
+            slowest = max(slowest, time.perf_counter() - before)
+            assert answer.status_code == 200, (index, answer.status_code)
+        downloads = time.perf_counter() - started - opened
+    assert opened < 2.0, (name, opened)
+    assert slowest < 2.0, (name, slowest)
+    assert downloads < 2.0 + PER_ATTACHMENT * count, (name, count, downloads)
     assert peak.extra_mb < 100, (name, peak.extra_mb)

@@ -16,7 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from inboxd.app import open_database
-from inboxd.config import Settings
+from inboxd.config import Settings, replace
 from inboxd.errors import RateLimited
 from inboxd.model import User
 from inboxd.services.limits import Limiter
@@ -73,7 +73,7 @@ async def limiter_factory(
     built: list[Limiter] = []
 
     async def make(**overrides: Any) -> Limiter:
-        s = settings.model_copy(update=overrides)
+        s = replace(settings, **overrides)
         counters: Any = (
             RedisCounters.from_url(REDIS_URL, prefix=s.redis_prefix) if request.param == "redis" else MemoryCounters()
         )

@@ -71,9 +71,71 @@ async def test_other_mailboxes_are_not_found(harness: Harness) -> None:
 def test_tokens_are_timed_on_the_service_clock_only() -> None:
     # A token issued by a process whose clock runs ahead of this one's wall clock (or on an
     # injected clock) is valid until its `exp` on the checking service's clock.
-    tokens = MailboxTokens("k" * 32, ttl=86400)
+    tokens = MailboxTokens([b"k" * 32], ttl=86400)
     ahead = time.time() + 120
     token = tokens.issue("m1", 3, now=ahead)
     assert tokens.check(token, now=ahead - 60) == MailboxClaims(mailbox_id="m1", password_gen=3)
     with pytest.raises(Unauthorized):
         tokens.check(token, now=ahead + 86400)
+
+
+def _forge(header: dict[str, object], claims: dict[str, object], key: bytes, *, alg: str = "sha256") -> str:
+    import base64
+    import hashlib
+    import hmac
+    import json
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    signing_input = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(claims).encode())}"
+    signature = hmac.new(key, signing_input.encode(), getattr(hashlib, alg)).digest()
+    return f"{signing_input}.{b64(signature)}"
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "",
+        "a.b",
+        "a.b.c.d",
+        # Algorithm confusion: `none`, another HMAC, a critical extension nobody understands.
+        _forge({"alg": "none"}, {"sub": "m1", "gen": 0, "exp": 2e9}, b"k" * 32),
+        _forge({"alg": "HS512", "typ": "JWT"}, {"sub": "m1", "gen": 0, "exp": 2e9}, b"k" * 32, alg="sha512"),
+        _forge({"alg": "HS256", "crit": ["x"]}, {"sub": "m1", "gen": 0, "exp": 2e9}, b"k" * 32),
+        # Signed with another key; claims of the wrong shape under the right key.
+        _forge({"alg": "HS256"}, {"sub": "m1", "gen": 0, "exp": 2e9}, b"x" * 32),
+        _forge({"alg": "HS256"}, {"gen": 0, "exp": 2e9}, b"k" * 32),
+        _forge({"alg": "HS256"}, {"sub": "m1", "gen": 0}, b"k" * 32),
+        _forge({"alg": "HS256"}, {"sub": "m1", "gen": 0, "exp": "2000000000"}, b"k" * 32),
+        _forge({"alg": "HS256"}, {"sub": "m1", "gen": 0, "exp": 10**400}, b"k" * 32),
+        _forge({"alg": "HS256"}, {"sub": "m1", "gen": True, "exp": 2e9}, b"k" * 32),
+        _forge({"alg": "HS256"}, {"sub": 5, "gen": 0, "exp": 2e9}, b"k" * 32),
+    ],
+)
+def test_malformed_or_forged_tokens_are_invalid(token: str) -> None:
+    tokens = MailboxTokens([b"k" * 32], ttl=86400)
+    with pytest.raises(Unauthorized) as refused:
+        tokens.check(token, now=1e9)
+    assert refused.value.code == "invalid_token"
+
+
+def test_tokens_are_standard_jwts_and_tampering_shows() -> None:
+    import jwt
+
+    tokens = MailboxTokens([b"k" * 32, b"old" * 11], ttl=86400)
+    token = tokens.issue("m1", 2, now=1e9)
+    # Any JWT library verifies it with the key (PyJWT here), and our check takes PyJWT's tokens.
+    assert jwt.decode(token, b"k" * 32, algorithms=["HS256"], options={"verify_exp": False})["sub"] == "m1"
+    theirs = jwt.encode({"sub": "m2", "gen": 1, "exp": int(1e9) + 60}, b"old" * 11, algorithm="HS256")
+    assert tokens.check(theirs, now=1e9) == MailboxClaims(mailbox_id="m2", password_gen=1)
+    head, body, signature = token.split(".")
+    tampered = f"{head}.{body[:-2]}{'A' if body[-2] != 'A' else 'B'}{body[-1]}.{signature}"
+    for bad in (
+        tampered,
+        f"{head}.{body}.{signature[:-1]}",
+        f"{head}.{body}.{signature}=",
+        f"{head}.{body}.+{signature[1:]}",
+    ):
+        with pytest.raises(Unauthorized):
+            tokens.check(bad, now=1e9)

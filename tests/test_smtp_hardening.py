@@ -277,8 +277,10 @@ async def test_big_messages_cost_a_bounded_number_of_copies_in_memory(child: Any
     # Eight at once: each holds its chunks while the big ones are finished one at a time.
     eight = await peak_above_rest(messages[1:])
     print(f"\n24 MiB messages, peak resident above rest: one {one / MiB:.0f} MiB, eight at once {eight / MiB:.0f} MiB")
-    assert one < 24 * MiB * 4.5, f"one 24 MiB message took {one / MiB:.0f} MiB"
-    assert eight < 8 * 24 * MiB * 2.5, f"eight 24 MiB messages took {eight / MiB:.0f} MiB"
+    # One: held once by its session (DATA copied into one buffer, each chunk let go once copied),
+    # then its compressed copy and SQLite's copy of that, then the indexer's read.
+    assert one < 24 * MiB * 4.25, f"one 24 MiB message took {one / MiB:.0f} MiB"
+    assert eight < 8 * 24 * MiB * 1.75, f"eight 24 MiB messages took {eight / MiB:.0f} MiB"
 
 
 _SENDER = """
@@ -365,3 +367,112 @@ async def test_event_loop_stays_free_while_big_messages_arrive(make_settings: An
     # The gate is the loop's own CPU: on a shared machine the wall-clock p99 above also carries the
     # time a thread holding the GIL is kept off the CPU by other processes (docs/performance.md).
     assert turn < 0.050, f"the event loop was held for {turn * 1e3:.0f} ms of CPU"
+
+
+def _runqueue_wait_of(pid: int, tid: int) -> float:
+    """Seconds thread `tid` of process `pid` has spent runnable but waiting for a CPU."""
+    return int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[1]) / 1e9
+
+
+async def test_http_p99_stays_under_50_ms_while_big_messages_arrive(child: Any) -> None:
+    """Wall clock, measured by a client in another process than the server's: `GET /healthz` every
+    10 ms, whatever the earlier ones are doing, while four 24 MiB messages arrive and are indexed.
+
+    The machine is shared: time that the server's event loop thread and this test's spent waiting
+    for a CPU that other processes held is taken out of each latency (both are printed). Time the
+    server's loop waits for its own threads' GIL stays in: that is what this test is about. A
+    worker thread holding the GIL can still be kept off the CPU by other processes, which no
+    correction sees, so a second round is allowed when the first misses (docs/performance.md has
+    the figures of both kinds).
+    """
+    server = await child(INBOXD_PRO_MAILBOX_QUOTA=str(4 << 30))
+    assert server.bootstrap_token is not None
+    box = await new_mailbox(server.http_port, server.bootstrap_token, "p99")
+    rounds = []
+    for _ in range(2):
+        p99, wall_p99, count = await _p99_while_big_messages_arrive(server, box["address"])
+        print(f"\n4 x 24 MiB: HTTP p99 {p99 * 1e3:.1f} ms, wall clock {wall_p99 * 1e3:.1f} ms ({count} requests)")
+        rounds.append(f"{p99 * 1e3:.0f} ms (wall clock {wall_p99 * 1e3:.0f} ms)")
+        if p99 < 0.050:
+            return
+    raise AssertionError(f"HTTP p99 in each round: {', '.join(rounds)}")
+
+
+async def _p99_while_big_messages_arrive(server: ServerProcess, address: str) -> tuple[float, float, int]:
+    """(p99 with other processes' CPU time taken out, raw wall-clock p99, requests) of one round."""
+    pid = server.proc.pid
+    sender = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _SENDER,
+        str(server.smtp_port),
+        address,
+        "4",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert sender.stdin is not None and sender.stdout is not None
+    assert await asyncio.wait_for(sender.stdout.readline(), 120) == b"ready\n"
+    wall: list[float] = []
+    adjusted: list[float] = []
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}", timeout=30) as http:
+
+        async def probe() -> None:
+            waited = _runqueue_wait() + _runqueue_wait_of(pid, pid)
+            began = time.perf_counter()
+            assert (await http.get("/healthz")).status_code == 200
+            took = time.perf_counter() - began
+            wall.append(took)
+            adjusted.append(took - (_runqueue_wait() + _runqueue_wait_of(pid, pid) - waited))
+
+        for _ in range(20):
+            await probe()
+        wall.clear()
+        adjusted.clear()
+        sender.stdin.write(b"go\n")
+        replies = asyncio.ensure_future(sender.stdout.read())
+        probes = []
+        # Two seconds past the last reply: the search indexer reads and parses each message after it.
+        until = float("inf")
+        while time.perf_counter() < until:
+            if replies.done() and until == float("inf"):
+                until = time.perf_counter() + 2.0
+            probes.append(asyncio.create_task(probe()))
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*probes)
+    assert [line[:3] for line in (await replies).split(b"\n") if line] == [b"250"] * 4
+    assert await sender.wait() == 0
+    wall.sort()
+    adjusted.sort()
+    return adjusted[int(len(adjusted) * 0.99)], wall[int(len(wall) * 0.99)], len(wall)
+
+
+async def test_detail_of_a_20_mib_nul_body_holds_few_copies(child: Any) -> None:
+    """The detail of 20 MiB of NUL bytes is a 126 MB JSON answer (six bytes per character); it is
+    encoded piece by piece while sent, and the server holds the message a few times, not the answer."""
+    server = await child(INBOXD_PRO_MAILBOX_QUOTA=str(1 << 30))
+    assert server.bootstrap_token is not None
+    box = await new_mailbox(server.http_port, server.bootstrap_token, "nul")
+    line = b"\x00" * 998 + b"\r\n"
+    body = line * (20 * MiB // len(line))
+    head = b"From: nul@example.org\r\nTo: %s\r\nSubject: nul\r\n\r\n" % box["address"].encode()
+    assert (await asyncio.to_thread(send_stuffed, server.smtp_port, box["address"], head + body)).startswith("250")
+    pid = server.proc.pid
+    await asyncio.sleep(1.0)  # the search indexer's pass over the new message is not what is measured
+    rest = _status(pid, "VmRSS")
+    _reset_peak(pid)
+    size = 0
+    headers = {"Authorization": f"Bearer {server.bootstrap_token}"}
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}", timeout=120) as http:
+        listed = await http.get(f"/api/accounts/{box['id']}/messages", headers=headers)
+        [item] = listed.json()["messages"]
+        async with http.stream("GET", f"/api/accounts/{box['id']}/messages/{item['id']}", headers=headers) as answer:
+            assert answer.status_code == 200
+            async for piece in answer.aiter_raw():
+                size += len(piece)
+    peak = _status(pid, "VmHWM") - rest
+    print(f"\n20 MiB NUL detail: {size / 1e6:.0f} MB answer, peak resident above rest {peak / MiB:.0f} MiB")
+    assert size > 5 * len(body)
+    # The source and the decoded body, with slack; encoding the answer whole would take 126 MB more.
+    assert peak < 64 * MiB, f"the detail took {peak / MiB:.0f} MiB"

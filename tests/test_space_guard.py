@@ -39,6 +39,7 @@ async def server(small_disk: Path) -> AsyncIterator[Inboxd]:
         data_dir=small_disk,
         http_port=0,
         smtp_port=0,
+        submission_port=0,
         min_free_bytes=MIN_FREE,
         pro_rps=1000.0,
         pro_create_interval=0.0,

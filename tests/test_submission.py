@@ -479,8 +479,8 @@ def test_plaintext_auth_rule_follows_the_listener_address(make_settings: Any) ->
     """AUTH without TLS: on a loopback listener, or anywhere when the operator allows it."""
     from inboxd.config import Settings
 
-    assert Settings.model_fields["submission_host"].default == "127.0.0.1"
-    assert Settings.model_fields["submission_port"].default == 2587
+    assert Settings().submission_host == "127.0.0.1"
+    assert Settings().submission_port == 2587
 
     def offered(**overrides: Any) -> bool:
         settings = make_settings(**overrides)

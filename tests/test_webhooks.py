@@ -30,16 +30,6 @@ Start = Callable[..., Awaitable[Harness]]
 
 
 @pytest.fixture
-async def receiver(tmp_path: Path) -> AsyncIterator[Receiver]:
-    found = Receiver.create(tmp_path)
-    await found.start()
-    try:
-        yield found
-    finally:
-        await found.stop()
-
-
-@pytest.fixture
 async def start(make_settings: Any, clock: Clock, receiver: Receiver) -> AsyncIterator[Start]:
     """Start an inboxd on the test's storage that trusts the receiver's CA; callable again to restart."""
     running: list[tuple[Inboxd, httpx.AsyncClient]] = []

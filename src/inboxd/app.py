@@ -12,12 +12,12 @@ import asyncio
 import contextlib
 import logging
 import os
-import secrets
 import socket
 import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -25,7 +25,7 @@ from inboxd.api.app import build_asgi
 from inboxd.config import Settings
 from inboxd.dns import DnsLookup
 from inboxd.events import EventBus, LocalBus
-from inboxd.events_redis import RedisBus
+from inboxd.keyring import Keyring
 from inboxd.metrics import Metrics
 from inboxd.services.credentials import MailboxTokens
 from inboxd.services.domains import DomainService
@@ -33,7 +33,6 @@ from inboxd.services.export import ExportService
 from inboxd.services.ingest import IngestService
 from inboxd.services.limits import Limiter
 from inboxd.services.limits_memory import MemoryCounters
-from inboxd.services.limits_redis import RedisCounters
 from inboxd.services.mailboxes import MailboxService
 from inboxd.services.messages import MessageService
 from inboxd.services.ops_ledger import OpsLedger
@@ -49,32 +48,40 @@ from inboxd.services.webhooks import WebhookService
 from inboxd.smtp.server import SmtpServer
 from inboxd.smtp.submission import Submission
 from inboxd.store import migrate
-from inboxd.store import users as user_store
 from inboxd.store import webhooks as webhook_store
 from inboxd.store.db import Database, PostgresDatabase, SqliteDatabase
 from inboxd.worker.indexer import SearchIndexer
-from inboxd.worker.sender import WebhookSender
 from inboxd.worker.sweeper import Sweeper
 from inboxd.worker.webhooks import WebhookWorker
+
+if TYPE_CHECKING:
+    from inboxd.services.limits_redis import RedisCounters
 
 log = logging.getLogger("inboxd")
 BOOTSTRAP_FILE = "bootstrap-token"
 
 
-async def open_database(settings: Settings) -> Database:
-    """Migrate, then open the hot-path access for the configured back end."""
+async def open_database(settings: Settings, *, migrating: migrate.PendingUpgrade | None = None) -> Database:
+    """Migrate (or wait for the migrations `serve` started early), then open the hot-path access
+    for the configured back end."""
     url = settings.resolved_database_url
-    if not settings.is_postgres:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    await asyncio.to_thread(migrate.upgrade, url, schema=settings.database_schema)
+    if migrating is not None:
+        await asyncio.to_thread(migrating.wait)
+    else:
+        if not settings.is_postgres:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(migrate.upgrade_in_child, url, schema=settings.database_schema)
     if settings.is_postgres:
         return await PostgresDatabase.connect(url, schema=settings.database_schema)
     return SqliteDatabase(url.removeprefix("sqlite:///"))
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        # `--workers N`: every worker listens on the same port; the kernel spreads connections.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     # Accepted connections inherit this on Linux: without it, Nagle holds a response body that
     # follows its headers until the client's delayed ACK, 40 ms per request.
@@ -87,9 +94,16 @@ def _bind(host: str, port: int) -> socket.socket:
 class Inboxd:
     """One running inboxd: `await start()`, then `await stop()` (or `async with`)."""
 
-    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] = time.time,
+        migrating: migrate.PendingUpgrade | None = None,
+    ) -> None:
         self.settings = settings
         self.clock = clock
+        self._migrating = migrating
         self.bootstrap_token: str | None = None
         self.bootstrap_link: str | None = None
         self._db: Database | None = None
@@ -106,6 +120,12 @@ class Inboxd:
         self._indexer: SearchIndexer | None = None
         self._stack = contextlib.AsyncExitStack()
         self.metrics = Metrics()
+        self._keyring: Keyring | None = None
+
+    @property
+    def keyring(self) -> Keyring:
+        assert self._keyring is not None, "inboxd is not started"
+        return self._keyring
 
     @property
     def services(self) -> Services:
@@ -151,23 +171,33 @@ class Inboxd:
         # Each part registers its stop on the exit stack as soon as it started: `stop` unwinds
         # the stack in reverse, and a step that fails does not keep the later ones from running.
         settings, stack = self.settings, self._stack
-        self._db = db = await open_database(settings)
+        self._keyring = Keyring.from_settings(settings)  # first: a missing or exposed key stops the start
+        self._db = db = await open_database(settings, migrating=self._migrating)
+        self._migrating = None
         self._observe_database(db)
         stack.push_async_callback(self._close_database)
         self._bus = bus = self._event_bus()
         await bus.start()
         stack.push_async_callback(bus.stop)
         self._services = services = await self._build_services(db, bus)
+        # Webhook secrets in the clear (from before they were sealed) or sealed with the old key of
+        # a rotation are sealed with the current key now.
+        await services.webhooks.reseal_secrets()
         await services.admission.start()
         stack.push_async_callback(self._flush_last_used)
         stack.push_async_callback(services.admission.stop)
-        await self._bootstrap()
-        self._workers = [Sweeper(db, services, settings=settings, clock=self.clock)]
+        # Under `--workers N` the first worker alone bootstraps and sweeps: the sweep's expiry
+        # charges `used` back, which two processes at once could do twice on PostgreSQL. Webhook
+        # delivery and search indexing claim their rows and run in every worker.
+        duty = settings.worker_index == 0
+        if duty:
+            await self._bootstrap()
+        self._workers = [Sweeper(db, services, settings=settings, clock=self.clock)] if duty else []
         for worker in self._workers:
             worker.start()
             stack.push_async_callback(worker.stop)
         self._webhook_worker = webhooks = WebhookWorker(
-            db, WebhookSender(settings), settings=settings, clock=self.clock, metrics=self.metrics
+            db, settings=settings, clock=self.clock, metrics=self.metrics, keyring=self.keyring
         )
         services.ingest.on_jobs_queued(webhooks.wake)
         webhooks.start()
@@ -180,7 +210,7 @@ class Inboxd:
         self._smtp = smtp = SmtpServer(
             services.ingest, settings=settings, tls=tls, metrics=self.metrics, space=services.space
         )
-        await smtp.start(_bind(settings.smtp_host, settings.smtp_port))
+        await smtp.start(_bind(settings.smtp_host, settings.smtp_port, reuse_port=settings.reuse_port))
         stack.push_async_callback(smtp.stop)
         await self._start_submission(services, tls)
         await self._start_http(services)
@@ -204,7 +234,9 @@ class Inboxd:
         self._submission = submission = SmtpServer(
             services.ingest, settings=settings, tls=tls, hooks=hooks, metrics=self.metrics, space=services.space
         )
-        await submission.start(_bind(settings.submission_host, settings.submission_port))
+        await submission.start(
+            _bind(settings.submission_host, settings.submission_port, reuse_port=settings.reuse_port)
+        )
         self._stack.push_async_callback(submission.stop)
         if settings.submissions_port is not None:
             if tls is None:
@@ -218,24 +250,19 @@ class Inboxd:
                 metrics=self.metrics,
                 space=services.space,
             )
-            await implicit.start(_bind(settings.submission_host, settings.submissions_port))
+            await implicit.start(
+                _bind(settings.submission_host, settings.submissions_port, reuse_port=settings.reuse_port)
+            )
             self._stack.push_async_callback(implicit.stop)
         services.sandboxes.listening(port=self.submission_port, tls_port=self.submissions_port)
         services.mailboxes.listening(smtp_port=self.smtp_port)
 
     async def _build_services(self, db: Database, bus: EventBus) -> Services:
         settings, clock = self.settings, self.clock
-        key = settings.secret_key or await db.write(
-            lambda tx: user_store.put_meta_if_absent(tx, "mailbox_token_key", secrets.token_urlsafe(48))
-        )
-        mailbox_tokens = MailboxTokens(key, ttl=settings.mailbox_token_ttl)
+        mailbox_tokens = MailboxTokens(self.keyring.token_keys, ttl=settings.mailbox_token_ttl)
         mailboxes = MailboxService(db, settings=settings, tokens=mailbox_tokens, clock=clock, bus=bus)
         messages = MessageService(db, clock=clock)
-        counters = (
-            RedisCounters.from_url(settings.redis_url, prefix=settings.redis_prefix)
-            if settings.redis_url
-            else MemoryCounters()
-        )
+        counters = self._redis_counters() if settings.redis_url else MemoryCounters()
         return Services(
             settings=settings,
             clock=clock,
@@ -255,7 +282,7 @@ class Inboxd:
                 clock=clock,
             ),
             profiles=ProfileService(db, settings=settings),
-            webhooks=WebhookService(db, settings=settings, clock=clock),
+            webhooks=WebhookService(db, settings=settings, clock=clock, keyring=self.keyring),
             sessions=SessionService(db, settings=settings, clock=clock),
             sign_in=SignInService(db, settings=settings, clock=clock),
             sandboxes=SandboxService(db, settings=settings, messages=messages, tokens=mailbox_tokens, clock=clock),
@@ -287,10 +314,18 @@ class Inboxd:
         metrics.on_scrape(refresh)
         self._stack.callback(metrics.process_exited)
 
+    # The Redis client is imported only when Redis is configured (imports cost resident memory).
     def _event_bus(self) -> EventBus:
         if self.settings.redis_url:
+            from inboxd.events_redis import RedisBus
+
             return RedisBus(self.settings.redis_url, prefix=self.settings.redis_prefix)
         return LocalBus()
+
+    def _redis_counters(self) -> RedisCounters:
+        from inboxd.services.limits_redis import RedisCounters
+
+        return RedisCounters.from_url(self.settings.redis_url, prefix=self.settings.redis_prefix)
 
     def _smtp_tls(self) -> ssl.SSLContext | None:
         if not self.settings.resolved_tls_cert:
@@ -301,7 +336,7 @@ class Inboxd:
 
     async def _start_http(self, services: Services) -> None:
         settings = self.settings
-        self._http_sock = _bind(settings.http_host, settings.http_port)
+        self._http_sock = _bind(settings.http_host, settings.http_port, reuse_port=settings.reuse_port)
         config = uvicorn.Config(
             build_asgi(services, metrics=self.metrics),
             lifespan="off",
@@ -371,11 +406,11 @@ class Inboxd:
             await db.close()
 
 
-async def serve(settings: Settings) -> None:
+async def serve(settings: Settings, *, migrating: migrate.PendingUpgrade | None = None) -> None:
     """Run until SIGINT or SIGTERM."""
     import signal
 
-    server = Inboxd(settings)
+    server = Inboxd(settings, migrating=migrating)
     await server.start()
     http = f"http://{settings.http_host}:{server.http_port}"
     print(

@@ -11,7 +11,7 @@ from typing import BinaryIO, TypeVar
 
 import click
 
-from inboxd.config import Settings, load_settings
+from inboxd.config import Settings, SettingsError, load_settings
 from inboxd.errors import InboxdError
 from inboxd.services.signin import SignInService
 from inboxd.services.users import UserService
@@ -19,6 +19,14 @@ from inboxd.store import migrate
 from inboxd.store.db import Database
 
 T = TypeVar("T")
+
+
+def _settings(**overrides: object) -> Settings:
+    """The settings, or a one-line error naming the variable that could not be read."""
+    try:
+        return load_settings(**overrides)
+    except SettingsError as exc:
+        raise click.ClickException(f"configuration: {exc}") from exc
 
 
 def _run(coro: Awaitable[T]) -> T:
@@ -55,8 +63,14 @@ def main() -> None:
 @click.option("--smtp-host", help="SMTP host (INBOXD_SMTP_HOST).")
 @click.option("--smtp-port", type=int, help="SMTP port (INBOXD_SMTP_PORT).")
 @click.option("--data-dir", type=click.Path(path_type=Path), help="Data directory (INBOXD_DATA_DIR).")
+@click.option("--workers", type=click.IntRange(min=1), help="Processes sharing the ports (INBOXD_WORKERS).")
 def serve(
-    host: str | None, port: int | None, smtp_host: str | None, smtp_port: int | None, data_dir: Path | None
+    host: str | None,
+    port: int | None,
+    smtp_host: str | None,
+    smtp_port: int | None,
+    data_dir: Path | None,
+    workers: int | None,
 ) -> None:
     """Start the SMTP, HTTP and WebSocket servers and the workers."""
     overrides = {
@@ -67,16 +81,32 @@ def serve(
             "smtp_host": smtp_host,
             "smtp_port": smtp_port,
             "data_dir": data_dir,
+            "workers": workers,
         }.items()
         if v is not None
     }
-    settings = load_settings(**overrides)
+    settings = _settings(**overrides)
+    if settings.workers > 1:
+        from inboxd import supervisor
+
+        try:
+            raise SystemExit(supervisor.run(settings, env=supervisor.environment(overrides)))
+        except supervisor.SupervisorError as exc:
+            raise click.ClickException(str(exc)) from exc
+    # The migrations' child process starts now and runs while this one imports the server.
+    if not settings.is_postgres:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    migrating = migrate.begin_upgrade(settings.resolved_database_url, schema=settings.database_schema)
     from inboxd.logs import configure
 
     configure(level=settings.log_level, fmt=settings.log_format)
     from inboxd.app import serve as run_server
+    from inboxd.keyring import SecretKeyError
 
-    _run(run_server(settings))
+    try:
+        _run(run_server(settings, migrating=migrating))
+    except SecretKeyError as exc:
+        raise click.ClickException(f"secret key: {exc}") from exc
 
 
 @main.command("mcp")
@@ -90,7 +120,7 @@ def mcp_command() -> None:
 @main.command("migrate")
 def migrate_command() -> None:
     """Apply the database migrations and exit."""
-    settings = load_settings()
+    settings = _settings()
     if not settings.is_postgres:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     migrate.upgrade(settings.resolved_database_url, schema=settings.database_schema)
@@ -108,7 +138,7 @@ def users() -> None:
 @click.option("--role", type=click.Choice(["user", "admin"]), default="user", show_default=True)
 def users_create(email: str, plan: str, role: str) -> None:
     """Create a user."""
-    user = _guarded(_with_users(load_settings(), lambda s: s.create_user(email, plan=plan, role=role)))
+    user = _guarded(_with_users(_settings(), lambda s: s.create_user(email, plan=plan, role=role)))
     click.echo(f"created user {user.email} ({user.plan}, {user.role}) id={user.id}")
 
 
@@ -118,7 +148,7 @@ def users_create(email: str, plan: str, role: str) -> None:
 @click.option("--status", type=click.Choice(["active", "suspended"]))
 def users_set(email: str, plan: str | None, status: str | None) -> None:
     """Change a user's plan or status."""
-    user = _guarded(_with_users(load_settings(), lambda s: s.set_user(email, plan=plan, status=status)))
+    user = _guarded(_with_users(_settings(), lambda s: s.set_user(email, plan=plan, status=status)))
     click.echo(f"user {user.email}: plan={user.plan} status={user.status}")
 
 
@@ -126,7 +156,7 @@ def users_set(email: str, plan: str | None, status: str | None) -> None:
 @click.option("--email", required=True, help="The user the link signs in.")
 def users_sign_in_link(email: str) -> None:
     """Print a one-time dashboard sign-in link (alone on the last line; valid 15 minutes by default)."""
-    settings = load_settings()
+    settings = _settings()
 
     async def issue(db: Database) -> str:
         user = await UserService(db, clock=time.time).user_by_email(email)
@@ -153,7 +183,7 @@ def tokens_create(email: str, name: str) -> None:
         user = await service.user_by_email(email)
         return (await service.create_token(user, name)).value
 
-    value = _guarded(_with_users(load_settings(), create))
+    value = _guarded(_with_users(_settings(), create))
     click.echo(f"API token for {email} (shown once):")
     click.echo(value)
 
@@ -175,7 +205,7 @@ def backup_command(path: Path) -> None:
     from inboxd.backup import BackupError, backup
 
     try:
-        count = backup(load_settings(), path)
+        count = backup(_settings(), path)
     except BackupError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"backed up to {path} ({count} messages)")
@@ -204,7 +234,7 @@ def export_command(address: str, fmt: str, output: Path | None) -> None:
         from inboxd.services.export import ExportService
         from inboxd.store import mailboxes as mailbox_store
 
-        db = await open_database(load_settings())
+        db = await open_database(_settings())
         try:
             found = await db.read(lambda tx: mailbox_store.get_by_address(tx, address.strip().lower()))
             if found is None:
@@ -233,13 +263,11 @@ def export_command(address: str, fmt: str, output: Path | None) -> None:
 @main.command("doctor")
 def doctor_command() -> None:
     """Check the configuration, data directory, database, Redis, DNS and ports; say what is wrong."""
-    from pydantic import ValidationError
-
     from inboxd.doctor import run_checks
 
     try:
         settings = load_settings()
-    except (ValidationError, OSError) as exc:
+    except (SettingsError, OSError) as exc:
         click.echo(f"fail  config: the configuration cannot be read: {exc}")
         raise SystemExit(1) from exc
     findings = run_checks(settings)

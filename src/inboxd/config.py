@@ -2,19 +2,35 @@
 
 Options come from `INBOXD_<NAME>` environment variables (or keyword arguments in tests); a
 secret may also come from `INBOXD_<NAME>_FILE`. Nothing here does I/O at import time.
+
+Settings are a frozen `msgspec.Struct`: `load_settings` converts the environment's strings to
+the declared types (msgspec is already the API's codec; pydantic-settings would keep about
+11 MB of modules resident in every process for one read of the environment at start).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+import msgspec
 
 DEFAULT_RETRY_SCHEDULE = (0.0, 5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
+ENV_PREFIX = "INBOXD_"
+# Options whose environment value is a comma-separated list.
+_LISTS = ("public_domains", "pro_only_domains", "dns_nameservers", "webhook_retry_schedule", "signup_allow")
+# `INBOXD_WEBHOOK_CA_FILE` is an option of its own, not the file of an option `webhook_ca`.
+_NOT_SECRET_FILES = {"INBOXD_WEBHOOK_CA_FILE"}
+_BOOLS = {
+    **dict.fromkeys(("1", "true", "yes", "on", "y", "t"), True),
+    **dict.fromkeys(("0", "false", "no", "off", "n", "f"), False),
+}
+
+
+class SettingsError(ValueError):
+    """An option's value cannot be read: the message names the environment variable."""
 
 
 def _split_csv(value: object) -> object:
@@ -23,10 +39,12 @@ def _split_csv(value: object) -> object:
     return value
 
 
-class Settings(BaseSettings):
-    """Every option of inboxd; the README's configuration reference mirrors this class."""
+def _domains(value: list[str]) -> list[str]:
+    return [d.strip().lower().rstrip(".") for d in value]
 
-    model_config = SettingsConfigDict(env_prefix="INBOXD_", extra="ignore", frozen=True)
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    """Every option of inboxd; the README's configuration reference mirrors this class."""
 
     data_dir: Path = Path("./data")
     database_url: str = ""
@@ -34,7 +52,16 @@ class Settings(BaseSettings):
     database_schema: str = ""
     redis_url: str = ""
     redis_prefix: str = "inboxd:"
+    # The server's key (README "Secrets and key rotation"); empty: `<data dir>/secret-key`. During a
+    # rotation, the previous key still verifies tokens and opens webhook secrets.
     secret_key: str = ""
+    secret_key_old: str = ""
+
+    # `inboxd serve --workers N`: N processes share the ports (SO_REUSEPORT) under a supervisor.
+    # `worker_index` and `reuse_port` are set by the supervisor for each worker it starts.
+    workers: int = 1
+    worker_index: int = 0
+    reuse_port: bool = False
 
     http_host: str = "127.0.0.1"
     http_port: int = 8025
@@ -45,17 +72,15 @@ class Settings(BaseSettings):
     smtp_tls_key: str = ""
     base_url: str = "http://localhost:8025"
     web_origin: str = ""
-    public_domains: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["inboxd.localhost"])
-    pro_only_domains: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    public_domains: list[str] = msgspec.field(default_factory=lambda: ["inboxd.localhost"])
+    pro_only_domains: list[str] = msgspec.field(default_factory=list)
     mx_host: str = ""
-    dns_nameservers: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    dns_nameservers: list[str] = msgspec.field(default_factory=list)
     dns_timeout: float = 5.0
 
     webhook_allow_private: bool = False
     webhook_ca_file: str = ""
-    webhook_retry_schedule: Annotated[list[float], NoDecode] = Field(
-        default_factory=lambda: list(DEFAULT_RETRY_SCHEDULE)
-    )
+    webhook_retry_schedule: list[float] = msgspec.field(default_factory=lambda: list(DEFAULT_RETRY_SCHEDULE))
     webhook_timeout: float = 10.0
     webhook_max_per_user: int = 10
     webhook_disable_after: int = 10
@@ -101,7 +126,7 @@ class Settings(BaseSettings):
     session_ttl: float = 1209600.0
     sign_in_link_ttl: float = 900.0
     sign_in_rate: float = 20.0
-    signup_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    signup_allow: list[str] = msgspec.field(default_factory=list)
     signup_plan: Literal["free", "pro"] = "free"
     github_client_id: str = ""
     github_client_secret: str = ""
@@ -149,30 +174,15 @@ class Settings(BaseSettings):
     min_free_bytes: int = 100 * 1000 * 1000
     webhook_allow_http: bool = False
 
-    @field_validator("public_domains", "pro_only_domains", "dns_nameservers", mode="before")
-    @classmethod
-    def _csv(cls, value: object) -> object:
-        return _split_csv(value)
-
-    @field_validator("signup_allow", mode="before")
-    @classmethod
-    def _signup_allow(cls, value: object) -> object:
-        return _split_csv(value)
-
-    @field_validator("signup_allow")
-    @classmethod
-    def _signup_domains(cls, value: list[str]) -> list[str]:
-        return [d.strip().lower().lstrip("@").rstrip(".") for d in value]
-
-    @field_validator("webhook_retry_schedule", mode="before")
-    @classmethod
-    def _schedule(cls, value: object) -> object:
-        return _split_csv(value)
-
-    @field_validator("public_domains", "pro_only_domains")
-    @classmethod
-    def _lower(cls, value: list[str]) -> list[str]:
-        return [d.strip().lower().rstrip(".") for d in value]
+    def __post_init__(self) -> None:
+        # Keyword arguments (tests, the command line) get the same normalising as the environment.
+        fix = {name: _split_csv(getattr(self, name)) for name in _LISTS}
+        fix["data_dir"] = Path(self.data_dir)
+        fix["public_domains"] = _domains(fix["public_domains"])  # type: ignore[arg-type]
+        fix["pro_only_domains"] = _domains(fix["pro_only_domains"])  # type: ignore[arg-type]
+        fix["signup_allow"] = [d.lstrip("@") for d in _domains(fix["signup_allow"])]  # type: ignore[arg-type]
+        for name, value in fix.items():
+            msgspec.structs.force_setattr(self, name, value)
 
     @property
     def resolved_database_url(self) -> str:
@@ -214,11 +224,54 @@ class Settings(BaseSettings):
         return self.smtp_hostname or urlsplit(self.base_url).hostname or "localhost"
 
 
+def _decode_path(kind: type, value: Any) -> Any:
+    if kind is Path and isinstance(value, str):
+        return Path(value)
+    raise NotImplementedError(kind)
+
+
+def options() -> tuple[str, ...]:
+    """Every option's name (`INBOXD_` + its upper-case form is its environment variable)."""
+    return Settings.__struct_fields__
+
+
+def replace(settings: Settings, **changes: object) -> Settings:
+    """A copy of `settings` with some options changed."""
+    return msgspec.structs.replace(settings, **changes)
+
+
 def load_settings(**overrides: object) -> Settings:
     """Build settings from the environment, reading `INBOXD_<NAME>_FILE` secrets first."""
-    from_files: dict[str, object] = {}
-    for key, value in os.environ.items():
-        if key.startswith("INBOXD_") and key.endswith("_FILE") and key != "INBOXD_WEBHOOK_CA_FILE":
-            name = key[len("INBOXD_") : -len("_FILE")].lower()
-            from_files[name] = Path(value).read_text().strip()
-    return Settings(**{**from_files, **overrides})  # type: ignore[arg-type]
+    known = set(options())
+    raw: dict[str, object] = {}
+    # Sorted so that `INBOXD_<NAME>_FILE` comes after `INBOXD_<NAME>` and wins over it.
+    for key, value in sorted(os.environ.items()):
+        if not key.startswith(ENV_PREFIX):
+            continue
+        name = key[len(ENV_PREFIX) :].lower()
+        if name.endswith("_file") and key not in _NOT_SECRET_FILES and name[: -len("_file")] in known:
+            name = name[: -len("_file")]
+            value = Path(value).read_text().strip()
+        elif name not in known:
+            continue  # extra variables are ignored, as other tools may share the prefix
+        raw[name] = _split_csv(value) if name in _LISTS else value
+    types = {f.name: f.type for f in msgspec.structs.fields(Settings)}
+    for name, given in list(raw.items()):
+        if isinstance(given, str) and types[name] is bool:
+            # The spellings pydantic-settings took, so existing deployments keep working.
+            raw[name] = _BOOLS.get(given.strip().lower(), given)
+        elif given == "" and types[name] == int | None:
+            del raw[name]  # an empty optional number means "not set"
+    try:
+        settings = msgspec.convert(raw, Settings, strict=False, dec_hook=_decode_path)
+    except msgspec.ValidationError as exc:
+        raise SettingsError(_explain(exc)) from exc
+    return replace(settings, **overrides) if overrides else settings
+
+
+def _explain(exc: msgspec.ValidationError) -> str:
+    # msgspec says "Expected `int`, got `str` - at `$.http_port`": name the variable instead.
+    text = str(exc)
+    message, _, where = text.partition(" - at `$.")
+    name = where.rstrip("`").split("[")[0].split(".")[0]
+    return f"{ENV_PREFIX}{name.upper()}: {message}" if name else text

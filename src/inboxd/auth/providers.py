@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx2
-from authlib.common.errors import AuthlibBaseError
-from authlib.integrations.base_client import MismatchingStateError, OAuthError
-from authlib.integrations.starlette_client import OAuth
-from joserfc.errors import JoseError
 from starlette.requests import Request
 
 from inboxd.config import Settings
 from inboxd.errors import InvalidRequest, NotFound, ProviderError
 from inboxd.services.signin import VouchedIdentity
+
+if TYPE_CHECKING:
+    from authlib.integrations.starlette_client import OAuth
 
 log = logging.getLogger("inboxd.auth")
 
@@ -61,7 +59,9 @@ class Providers:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._info = {p.key: p for p in configured(settings)}
-        self._oauth = OAuth()
+        self._oauth = _oauth() if self._info else None
+        if self._oauth is None:
+            return
         common = {"code_challenge_method": "S256", "timeout": settings.provider_timeout}
         if "github" in self._info:
             self._oauth.register(
@@ -98,11 +98,15 @@ class Providers:
     def callback_url(self, key: str) -> str:
         return f"{self._settings.base_url.rstrip('/')}/auth/{key}/callback"
 
+    def _client(self, key: str) -> Any:
+        assert self._oauth is not None, "begin and finish come after info(), which refuses unknown keys"
+        return self._oauth.create_client(key)
+
     async def begin(self, key: str, request: Request) -> str:
         """The provider's authorization URL; Authlib records state, nonce and verifier in
         `request.session`."""
         label = self.info(key).label
-        client = self._oauth.create_client(key)
+        client = self._client(key)
         try:
             redirect = await client.authorize_redirect(request, self.callback_url(key))
         except Exception as exc:
@@ -113,7 +117,7 @@ class Providers:
     async def finish(self, key: str, request: Request) -> VouchedIdentity:
         """Check the callback against `request.session` and the provider; who it vouches for."""
         label = self.info(key).label
-        client = self._oauth.create_client(key)
+        client = self._client(key)
         try:
             if key == "github":
                 token = await client.authorize_access_token(request)
@@ -178,8 +182,21 @@ class Providers:
         )
 
 
+def _oauth() -> OAuth:
+    # Authlib and its HTTP and JOSE stack are imported only where a provider is configured: a
+    # server without one never loads them.
+    from authlib.integrations.starlette_client import OAuth
+
+    return OAuth()
+
+
 def _translate(exc: Exception, label: str) -> InvalidRequest | ProviderError:
     """A provider's failure → our error, with a message a person can act on."""
+    import httpx2
+    from authlib.common.errors import AuthlibBaseError
+    from authlib.integrations.base_client import MismatchingStateError, OAuthError
+    from joserfc.errors import JoseError
+
     if isinstance(exc, MismatchingStateError):
         return InvalidRequest(
             "This sign-in could not be matched to one started in this browser: it may have been "
@@ -199,6 +216,8 @@ def _translate(exc: Exception, label: str) -> InvalidRequest | ProviderError:
 
 
 def _describe(exc: Exception) -> str:
+    from authlib.integrations.base_client import OAuthError
+
     if isinstance(exc, OAuthError):
         return exc.error or "refused"
     error = getattr(exc, "error", None)

@@ -36,7 +36,18 @@ from email.utils import getaddresses
 from html import unescape
 from html.parser import HTMLParser
 
-__all__ = ["ParsedAttachment", "ParsedMessage", "Summary", "html_to_text", "parse_message", "parse_summary"]
+__all__ = [
+    "AttachmentPart",
+    "Bodies",
+    "ParsedAttachment",
+    "ParsedMessage",
+    "Summary",
+    "attachment_parts",
+    "body_prefixes",
+    "html_to_text",
+    "parse_message",
+    "parse_summary",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +71,35 @@ class ParsedAttachment:
     declared_type: str = field(default="", compare=False)
     # The Content-ID without its angle brackets ("" when none): what `cid:` URLs in the HTML body name.
     content_id: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentPart:
+    """Where an attachment lies in the raw message, so it can be decoded without walking the MIME
+    tree again: the attachments of one message are downloaded one request at a time."""
+
+    filename: str
+    content_type: str  # the declared Content-Type when fit to serve, else "maintype/subtype"
+    start: int  # the still-encoded payload is raw[start:end]
+    end: int
+    transfer_encoding: str  # lowercase Content-Transfer-Encoding, "" when absent
+
+    def data(self, raw: bytes) -> bytes:
+        """The payload with its content transfer encoding undone."""
+        chunk = raw[self.start : self.end]
+        try:
+            return bytes(_undo_transfer_encoding(chunk, self.transfer_encoding))
+        except Exception:
+            return chunk
+
+
+@dataclass(frozen=True, slots=True)
+class Bodies:
+    """The beginnings of a message's text and HTML bodies, and whether it has attachments."""
+
+    text_body: str
+    html_body: str
+    has_attachments: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +174,7 @@ _CHARSET_SUPERSETS = {
 }
 
 
-def parse_summary(raw: bytes) -> Summary:
+def parse_summary(raw: bytes | bytearray) -> Summary:
     """Return From, Subject and the body preview of ``raw``; never raises.
 
     Only the top-level headers are parsed in full; the walk over the MIME tree stops at the first text
@@ -142,7 +182,9 @@ def parse_summary(raw: bytes) -> Summary:
     """
     from_ = subject = text = html = ""
     try:
-        raw = bytes(raw)
+        # The SMTP server hands over a bytearray, which the walk reads as it reads bytes (find,
+        # slices, regular expressions, decode); a copy would hold a 25 MiB message twice.
+        raw = raw if isinstance(raw, bytearray) else bytes(raw)
         headers, body_start = _split_entity(raw, 0, len(raw))
         from_ = _from_header(headers)
         subject = _subject_header(headers)
@@ -208,6 +250,55 @@ def parse_message(raw: bytes) -> ParsedMessage:
     )
 
 
+def attachment_parts(raw: bytes) -> tuple[AttachmentPart, ...]:
+    """The attachments ``parse_message`` lists, in the same order, located rather than decoded;
+    never raises."""
+    parts: list[AttachmentPart] = []
+    try:
+        raw = bytes(raw)
+        headers, body_start = _split_entity(raw, 0, len(raw))
+        have_text = have_html = False
+        for leaf in _leaves(raw, headers, body_start):
+            if leaf.ctype == "text/plain" and not have_text and not leaf.is_attachment():
+                have_text = True
+            elif leaf.ctype == "text/html" and not have_html and not leaf.is_attachment():
+                have_html = True
+            else:
+                parts.append(leaf.located())
+    except Exception:
+        # Never raise: keep the attachments found before the failure.
+        pass
+    return tuple(parts)
+
+
+def body_prefixes(raw: bytes, limit: int) -> Bodies:
+    """The bodies ``parse_message`` chooses, each decoded from at most ``limit`` bytes of its encoded
+    payload (whole lines), and whether any attachment exists, none of them decoded; never raises.
+
+    For the search index, which keeps the beginning of the body: a full parse of a 25 MiB message
+    decodes every byte of it, holding the GIL (and so the event loop) for tens of milliseconds.
+    """
+    text = html = ""
+    has_attachments = False
+    try:
+        raw = bytes(raw)
+        headers, body_start = _split_entity(raw, 0, len(raw))
+        have_text = have_html = False
+        for leaf in _leaves(raw, headers, body_start):
+            if leaf.ctype == "text/plain" and not have_text and not leaf.is_attachment():
+                have_text = True
+                text = leaf.text(limit)
+            elif leaf.ctype == "text/html" and not have_html and not leaf.is_attachment():
+                have_html = True
+                html = leaf.text(limit)
+            else:
+                has_attachments = True
+    except Exception:
+        # Never raise: keep what was decoded before the failure.
+        pass
+    return Bodies(text_body=text, html_body=html, has_attachments=has_attachments)
+
+
 def html_to_text(html: str) -> str:
     """Render HTML to one line of text: tags stripped, script/style/title content skipped, entities
     unescaped, whitespace collapsed. Never raises."""
@@ -229,7 +320,7 @@ class _Leaf:
 
     __slots__ = ("buf", "ctype", "end", "headers", "start")
 
-    def __init__(self, headers: Message, ctype: str, buf: bytes, start: int, end: int) -> None:
+    def __init__(self, headers: Message, ctype: str, buf: bytes | bytearray, start: int, end: int) -> None:
         self.headers = headers
         self.ctype = ctype
         self.buf = buf
@@ -240,21 +331,16 @@ class _Leaf:
         value = self.headers.get("content-disposition")
         return value is not None and str(value).split(";", 1)[0].strip().lower() == "attachment"
 
-    def payload(self, limit: int | None = None) -> bytes:
+    def payload(self, limit: int | None = None) -> bytes | bytearray:
         end = self.end
         if limit is not None and end - self.start > limit:
             # Whole lines only: a prefix cut at a line end decodes to a prefix of the whole text.
             cut = self.buf.rfind(b"\n", self.start, self.start + limit)
             end = cut + 1 if cut >= 0 else self.start + limit
-        data = self.buf[self.start : end]
-        encoding = str(self.headers.get("content-transfer-encoding", "")).split(";", 1)[0].strip().lower()
-        if encoding == "base64":
-            return _b64decode(data)
-        if encoding == "quoted-printable":
-            return binascii.a2b_qp(data)
-        if encoding in ("x-uuencode", "uuencode", "x-uue", "uue"):
-            return _uudecode(data)
-        return data
+        return _undo_transfer_encoding(self.buf[self.start : end], self.transfer_encoding())
+
+    def transfer_encoding(self) -> str:
+        return str(self.headers.get("content-transfer-encoding", "")).split(";", 1)[0].strip().lower()
 
     def text(self, limit: int | None = None) -> str:
         try:
@@ -271,10 +357,33 @@ class _Leaf:
         return ParsedAttachment(
             filename=_filename(self.headers),
             content_type=self.ctype,
-            data=data,
+            data=bytes(data),
             declared_type=_declared_type(self.headers, self.ctype),
             content_id=_content_id(self.headers),
         )
+
+    def located(self) -> AttachmentPart:
+        try:
+            encoding = self.transfer_encoding()
+        except Exception:
+            encoding = ""
+        return AttachmentPart(
+            filename=_filename(self.headers),
+            content_type=_declared_type(self.headers, self.ctype) or self.ctype,
+            start=self.start,
+            end=self.end,
+            transfer_encoding=encoding,
+        )
+
+
+def _undo_transfer_encoding(data: bytes | bytearray, encoding: str) -> bytes | bytearray:
+    if encoding == "base64":
+        return _b64decode(data)
+    if encoding == "quoted-printable":
+        return binascii.a2b_qp(data)
+    if encoding in ("x-uuencode", "uuencode", "x-uue", "uue"):
+        return _uudecode(data)
+    return data
 
 
 def _content_id(headers: Message) -> str:
@@ -287,7 +396,7 @@ def _content_id(headers: Message) -> str:
     return value.strip()
 
 
-def _leaves(buf: bytes, root: Message, root_body: int) -> Iterator[_Leaf]:
+def _leaves(buf: bytes | bytearray, root: Message, root_body: int) -> Iterator[_Leaf]:
     """Yield the MIME leaves of ``buf`` in document order, parsing each entity's headers only when reached.
 
     Message/* parts are leaves (a nested message is never descended into); a multipart that is too deep
@@ -317,7 +426,7 @@ def _leaves(buf: bytes, root: Message, root_body: int) -> Iterator[_Leaf]:
         entities += 1
 
 
-def _split_entity(buf: bytes, start: int, end: int) -> tuple[Message, int]:
+def _split_entity(buf: bytes | bytearray, start: int, end: int) -> tuple[Message, int]:
     """Parse the headers of the entity at ``buf[start:end]``; return them and where its body starts."""
     match = _HEADER_BLOCK.match(buf, start, end)
     header_end = match.end() if match else start
@@ -338,7 +447,7 @@ def _split_entity(buf: bytes, start: int, end: int) -> tuple[Message, int]:
     return headers, body_start
 
 
-def _multipart_spans(buf: bytes, start: int, end: int, boundary: str) -> list[tuple[int, int]]:
+def _multipart_spans(buf: bytes | bytearray, start: int, end: int, boundary: str) -> list[tuple[int, int]]:
     """Cut the multipart body ``buf[start:end]`` into its parts' spans (RFC 2046 5.1.1).
 
     The line break before a delimiter belongs to the delimiter. Without a closing delimiter (a truncated
@@ -491,7 +600,9 @@ def _decode_words(value: str) -> str:
     if "=?" not in value:
         return value
     out: list[str] = []
-    pending = b""
+    # Adjacent words of one charset are collected, then joined: a flood of words must not copy a
+    # growing buffer once per word.
+    pending: list[bytes] = []
     pending_charset = ""
     after_word = False
     pos = 0
@@ -500,30 +611,30 @@ def _decode_words(value: str) -> str:
         # RFC 2047 6.2: whitespace between adjacent encoded words is not part of the text.
         if gap and not (after_word and gap.isspace()):
             if pending:
-                out.append(_decode_declared(pending, pending_charset))
-                pending = b""
+                out.append(_decode_declared(b"".join(pending), pending_charset))
+                pending = []
             out.append(gap)
         # The charset may carry an RFC 2231 language suffix: "utf-8*en".
         charset = match.group(1).split("*", 1)[0].lower()
         data = _word_bytes(match.group(2), match.group(3))
         if data is None:
             if pending:
-                out.append(_decode_declared(pending, pending_charset))
-                pending = b""
+                out.append(_decode_declared(b"".join(pending), pending_charset))
+                pending = []
             out.append(match.group(0))
             after_word = False
         elif pending and charset == pending_charset:
             # Joined before decoding: mailers split multibyte characters across adjacent words.
-            pending += data
+            pending.append(data)
             after_word = True
         else:
             if pending:
-                out.append(_decode_declared(pending, pending_charset))
-            pending, pending_charset = data, charset
+                out.append(_decode_declared(b"".join(pending), pending_charset))
+            pending, pending_charset = [data], charset
             after_word = True
         pos = match.end()
     if pending:
-        out.append(_decode_declared(pending, pending_charset))
+        out.append(_decode_declared(b"".join(pending), pending_charset))
     out.append(value[pos:])
     return "".join(out)
 
@@ -541,7 +652,7 @@ def _word_bytes(encoding: str, text: str) -> bytes | None:
 # --- bodies --------------------------------------------------------------------------------------------
 
 
-def _decode_body(data: bytes, charset: str | None) -> str:
+def _decode_body(data: bytes | bytearray, charset: str | None) -> str:
     if not charset:
         try:
             return data.decode("utf-8-sig")
@@ -550,7 +661,7 @@ def _decode_body(data: bytes, charset: str | None) -> str:
     return _decode_declared(data, charset)
 
 
-def _decode_declared(data: bytes, charset: str) -> str:
+def _decode_declared(data: bytes | bytearray, charset: str) -> str:
     try:
         charset = charset.strip()
         return without_surrogates(data.decode(_CHARSET_SUPERSETS.get(charset, charset), "replace"))
@@ -569,7 +680,7 @@ def without_surrogates(text: str) -> str:
     return text if text.isascii() else _SURROGATES.sub("\ufffd", text)
 
 
-def _b64decode(data: bytes) -> bytes:
+def _b64decode(data: bytes | bytearray) -> bytes | bytearray:
     try:
         return binascii.a2b_base64(data)
     except binascii.Error:
@@ -585,7 +696,7 @@ def _b64decode(data: bytes) -> bytes:
         return data
 
 
-def _uudecode(data: bytes) -> bytes:
+def _uudecode(data: bytes | bytearray) -> bytes | bytearray:
     out = bytearray()
     started = False
     for line in data.splitlines():

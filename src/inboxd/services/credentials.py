@@ -10,13 +10,16 @@ generation, so a reset cuts off every earlier token at once.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-import jwt
+import msgspec
 from argon2.low_level import Type, hash_secret_raw
 
 from inboxd.errors import Forbidden, InvalidRequest, Unauthorized
@@ -91,31 +94,81 @@ class MailboxClaims:
 
 
 class MailboxTokens:
-    """Signs and checks mailbox tokens with the server's key (algorithm pinned to HS256)."""
+    """Signs mailbox tokens with the first key; any of the keys verifies one (during a key
+    rotation, the old key's tokens stay valid until they expire).
 
-    def __init__(self, key: str, *, ttl: float) -> None:
-        self._key = key
+    The tokens are JWTs (RFC 7519) with the algorithm pinned to HS256, written with `hmac` rather
+    than PyJWT: the whole of it is a few lines, and PyJWT imports the `cryptography` package into
+    every process for algorithms inboxd never accepts. A header naming any other algorithm
+    (`none` included) is refused; signatures are compared in constant time.
+    """
+
+    def __init__(self, keys: Sequence[bytes], *, ttl: float) -> None:
+        self._keys = list(keys)
         self._ttl = ttl
 
     def issue(self, mailbox_id: str, password_gen: int, *, now: float) -> str:
         claims = {"sub": mailbox_id, "gen": password_gen, "iat": int(now), "exp": int(now + self._ttl)}
-        return jwt.encode(claims, self._key, algorithm="HS256")
+        signing_input = f"{_JWT_HEADER}.{_b64encode(_json_encode(claims))}"
+        return f"{signing_input}.{_b64encode(_sign(self._keys[0], signing_input))}"
 
     def check(self, token: str, *, now: float) -> MailboxClaims:
-        try:
-            claims = jwt.decode(
-                token,
-                self._key,
-                algorithms=["HS256"],
-                # Time is checked below on the service's clock. PyJWT's own `iat` check uses the
-                # wall clock and refused a token issued by a process whose clock ran a little ahead.
-                options={"require": ["sub", "exp"], "verify_exp": False, "verify_iat": False},
-            )
-        except jwt.PyJWTError as exc:
-            raise Unauthorized("The token is invalid.", code="invalid_token") from exc
+        """The token's claims, timed on the service's clock only (a token issued by a process whose
+        clock runs ahead is valid until its `exp` here)."""
+        claims = self._verified(token)
+        if claims is None:
+            raise Unauthorized("The token is invalid.", code="invalid_token")
         if float(claims["exp"]) <= now:
             raise Unauthorized("The mailbox token has expired.", code="invalid_or_expired_token")
         gen = claims.get("gen")
-        if not isinstance(claims["sub"], str) or not isinstance(gen, int):
+        if not isinstance(claims["sub"], str) or not isinstance(gen, int) or isinstance(gen, bool):
             raise Unauthorized("The token is invalid.", code="invalid_token")
         return MailboxClaims(mailbox_id=claims["sub"], password_gen=gen)
+
+    def _verified(self, token: str) -> dict[str, Any] | None:
+        """The claims of a well-formed HS256 token signed with one of the keys, else None."""
+        parts = token.split(".")
+        if len(parts) != 3:
+            return None
+        try:
+            header = _json_decode(_b64decode(parts[0]))
+            signature = _b64decode(parts[2])
+        except ValueError:
+            return None
+        if not isinstance(header, dict) or header.get("alg") != "HS256" or "crit" in header:
+            return None
+        signing_input = f"{parts[0]}.{parts[1]}"
+        if not any(hmac.compare_digest(_sign(key, signing_input), signature) for key in self._keys):
+            return None
+        try:
+            claims = _json_decode(_b64decode(parts[1]))
+        except ValueError:
+            return None
+        if not isinstance(claims, dict) or "sub" not in claims:
+            return None
+        exp = claims.get("exp")
+        if not isinstance(exp, int | float) or isinstance(exp, bool) or not -_TIME_BOUND < exp < _TIME_BOUND:
+            return None
+        return claims
+
+
+_JWT_HEADER = base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT"}').rstrip(b"=").decode("ascii")
+_json_encode = msgspec.json.encode
+_json_decode = msgspec.json.decode
+_TIME_BOUND = 1e15  # seconds; a larger `exp` is not a time (and would not fit a float)
+_B64_ALPHABET = re.compile(r"[A-Za-z0-9_-]*")
+
+
+def _sign(key: bytes, signing_input: str) -> bytes:
+    return hmac.new(key, signing_input.encode("ascii"), hashlib.sha256).digest()
+
+
+def _b64encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _b64decode(text: str) -> bytes:
+    """Unpadded base64url (RFC 7515), strictly: any other character is an error."""
+    if not _B64_ALPHABET.fullmatch(text) or len(text) % 4 == 1:
+        raise ValueError("not base64url")
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

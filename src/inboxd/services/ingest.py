@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 import msgspec
@@ -94,10 +94,11 @@ class IngestService:
         local, _, domain = address.rpartition("@")
         if not local or not domain:
             raise MessageRejected(code="bad_recipient")
-        found = await self._db.read(partial(mailbox_store.recipient, address=address))
+        now = self._clock()
+        found = await self._db.read(partial(mailbox_store.recipient, address=address, now=now))
         if found is None and "+" in local:
             base = f"{local.split('+', 1)[0]}@{domain}"
-            found = await self._db.read(partial(mailbox_store.recipient, address=base))
+            found = await self._db.read(partial(mailbox_store.recipient, address=base, now=now))
         if found is None or not found.domain_live:
             # A mailbox whose custom domain was deleted is unknown here (5.1.1), not a relay (5.7.1).
             if found is None and not self._is_public(domain) and not await self._serves(domain):
@@ -106,10 +107,7 @@ class IngestService:
         if found.user_status != "active":
             # A suspended user's mailboxes exist but take no mail until the user is reactivated.
             raise MessageRejected(code="mailbox_disabled")
-        mailbox = found.mailbox
-        due = await self._db.read(partial(message_store.due_sizes, mailbox_ids=[mailbox.id], now=self._clock()))
-        if mailbox.id in due:  # expired bytes free their room at once, not at the next sweep
-            mailbox = replace(mailbox, used=max(0, mailbox.used - due[mailbox.id]))
+        mailbox = found.mailbox  # expired bytes already free their room, not at the next sweep
         if mailbox.used >= mailbox.quota or (declared_size and mailbox.used + declared_size > mailbox.quota):
             raise MessageRejected(code="mailbox_full")
         return Recipient(mailbox=mailbox, plan=found.plan)
@@ -119,7 +117,12 @@ class IngestService:
         return custom is not None and custom.verify_status == "verified"
 
     async def deliver(
-        self, *, sender: str, recipients: Sequence[Recipient], raw: bytes, envelope: Sequence[str] | None = None
+        self,
+        *,
+        sender: str,
+        recipients: Sequence[Recipient],
+        raw: bytes | bytearray,
+        envelope: Sequence[str] | None = None,
     ) -> list[str]:
         """Store one copy per recipient in one transaction; returns the message ids after commit.
 
@@ -169,7 +172,7 @@ class IngestService:
         )
 
 
-def _prepare(raw: bytes) -> tuple[Summary, bytes]:
+def _prepare(raw: bytes | bytearray) -> tuple[Summary, bytes]:
     """The summary and the compressed bytes of one message (pure; may run in a thread)."""
     return parse_summary(raw), compress(raw)
 

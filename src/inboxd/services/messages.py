@@ -5,6 +5,7 @@ attachments, read marks and deletion. Expired messages answer 410 until they are
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from functools import partial
 
@@ -13,7 +14,7 @@ import msgspec
 from inboxd.errors import Gone, InvalidRequest, NotFound
 from inboxd.mail import html_view
 from inboxd.mail.codes import find_codes, find_links
-from inboxd.mail.parse import ParsedMessage, parse_message
+from inboxd.mail.parse import AttachmentPart, attachment_parts, parse_message
 from inboxd.model import (
     NO_FILTER,
     Attachment,
@@ -33,6 +34,38 @@ OFF_LOOP_BYTES = 256 * 1024
 # A kept parse larger than this is not kept: its JSON (six bytes per control character) would be
 # written, read and decoded whole on every open; such a message is parsed again when opened.
 KEEP_DETAIL_BYTES = 2 * 1024 * 1024
+
+
+# Where the attachments of recently opened messages lie in their sources: a client downloads them
+# one request at a time, and walking the MIME tree for each would cost the whole parse per
+# attachment (quadratic in the number of parts). Bounded by the parts held, not by messages.
+PART_INDEX_PARTS = 50_000
+
+
+class _PartIndex:
+    """The located attachments of recently opened messages, least recently used dropped first.
+    A message's source never changes, so an entry never goes stale; whether the message is still
+    there is checked on every request before the index is consulted."""
+
+    def __init__(self, max_parts: int) -> None:
+        self._max_parts = max_parts
+        self._held = 0
+        self._entries: OrderedDict[str, tuple[AttachmentPart, ...]] = OrderedDict()
+
+    def get(self, message_id: str) -> tuple[AttachmentPart, ...] | None:
+        parts = self._entries.get(message_id)
+        if parts is not None:
+            self._entries.move_to_end(message_id)
+        return parts
+
+    def put(self, message_id: str, parts: tuple[AttachmentPart, ...]) -> None:
+        if message_id in self._entries or len(parts) > self._max_parts:
+            return
+        self._entries[message_id] = parts
+        self._held += len(parts) + 1
+        while self._held > self._max_parts:
+            _, dropped = self._entries.popitem(last=False)
+            self._held -= len(dropped) + 1
 
 
 # The kept parse says which version of it it is; an older one is parsed again on its next open, so
@@ -77,6 +110,7 @@ class MessageService:
     def __init__(self, db: Database, *, clock: Callable[[], float]) -> None:
         self._db = db
         self._clock = clock
+        self._parts = _PartIndex(PART_INDEX_PARTS)
 
     async def page(self, mailbox: Mailbox, page: int, flt: MessageFilter = NO_FILTER) -> list[MessageSummary]:
         if page < 1:
@@ -99,12 +133,16 @@ class MessageService:
         return summary
 
     async def _raw(self, summary: MessageSummary) -> bytes:
+        if summary.size > OFF_LOOP_BYTES:
+            # A big message (up to 25 MiB) would hold the event loop for milliseconds, both read
+            # from the database and decompressed.
+            compressed = await self._db.read_large(partial(store.raw_large, message_id=summary.id))
+            if compressed is None:
+                raise NotFound("No such message.")
+            return await asyncio.to_thread(decompress, compressed)
         compressed = await self._db.read(partial(store.raw, message_id=summary.id))
         if compressed is None:
             raise NotFound("No such message.")
-        if len(compressed) > OFF_LOOP_BYTES:
-            # A big message (up to 25 MiB) would hold the event loop for milliseconds.
-            return await asyncio.to_thread(decompress, compressed)
         return decompress(compressed)
 
     async def detail(self, mailbox: Mailbox, message_id: str) -> MessageDetail:
@@ -138,14 +176,20 @@ class MessageService:
         if not (index.isascii() and index.isdigit()):
             raise InvalidRequest("The attachment index must be a non-negative integer.", code="invalid_index")
         summary = await self._live(mailbox, message_id)
-        parsed: ParsedMessage = await asyncio.to_thread(parse_message, await self._raw(summary))
+        raw = await self._raw(summary)
+        parts = self._parts.get(summary.id)
+        if parts is None:
+            parts = await asyncio.to_thread(attachment_parts, raw)
+            self._parts.put(summary.id, parts)
         position = int(index)
-        if position >= len(parsed.attachments):
+        if position >= len(parts):
             raise InvalidRequest("The message has no attachment at that index.", code="invalid_index")
-        part = parsed.attachments[position]
-        return AttachmentContent(
-            filename=part.filename, content_type=part.declared_type or part.content_type, data=part.data
-        )
+        part = parts[position]
+        if part.end - part.start > OFF_LOOP_BYTES:
+            data = await asyncio.to_thread(part.data, raw)
+        else:
+            data = part.data(raw)
+        return AttachmentContent(filename=part.filename, content_type=part.content_type, data=data)
 
     async def html_view(self, mailbox: Mailbox, message_id: str, *, allow_remote: bool) -> html_view.SafeHtml:
         """The HTML body made inert for the browser, its `cid:` images taken from its own parts."""

@@ -21,11 +21,11 @@ def _codecs() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
     return codecs
 
 
-def compress(raw: bytes) -> bytes:
+def compress(raw: bytes | bytearray) -> bytes:
     data: bytes = _codecs()[0].compress(raw)
     return data
 
 
-def decompress(data: bytes) -> bytes:
+def decompress(data: bytes | bytearray) -> bytes:
     raw: bytes = _codecs()[1].decompress(data)
     return raw

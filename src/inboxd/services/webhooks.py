@@ -11,11 +11,13 @@ import re
 import secrets
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from urllib.parse import urlsplit
 
 from inboxd.config import Settings
 from inboxd.errors import Forbidden, InvalidRequest, NotFound
+from inboxd.keyring import Keyring
 from inboxd.model import Delivery, User, Webhook
 from inboxd.services.domains import ascii_hostname
 from inboxd.services.ingest import EMAIL_RECEIVED
@@ -83,10 +85,11 @@ def check_events(events: Sequence[str]) -> tuple[str, ...]:
 
 
 class WebhookService:
-    def __init__(self, db: Database, *, settings: Settings, clock: Callable[[], float]) -> None:
+    def __init__(self, db: Database, *, settings: Settings, clock: Callable[[], float], keyring: Keyring) -> None:
         self._db = db
         self._settings = settings
         self._clock = clock
+        self._keyring = keyring
 
     async def create(self, user: User, *, url: str, events: Sequence[str]) -> Webhook:
         webhook = Webhook(
@@ -101,7 +104,8 @@ class WebhookService:
             created_at=self._clock(),
         )
         limit = self._settings.webhook_max_per_user
-        if not await self._db.write(partial(store.insert_if_below, webhook=webhook, limit=limit)):
+        sealed = replace(webhook, secret=self._keyring.seal(webhook.secret))  # at rest, only sealed
+        if not await self._db.write(partial(store.insert_if_below, webhook=sealed, limit=limit)):
             raise Forbidden(f"A user may register at most {limit} webhooks.", code="webhook_limit_reached")
         return webhook
 
@@ -115,11 +119,23 @@ class WebhookService:
     async def rotate(self, user: User, webhook_id: str) -> str:
         """A new secret that signs every attempt from now on; the old one stops at once."""
         secret = new_secret()
+        sealed = self._keyring.seal(secret)
         if not await self._db.write(
-            partial(store.rotate_for_user, webhook_id=webhook_id, user_id=user.id, secret=secret)
+            partial(store.rotate_for_user, webhook_id=webhook_id, user_id=user.id, secret=sealed)
         ):
             raise NotFound("No such webhook.")
         return secret
+
+    async def reseal_secrets(self) -> int:
+        """Seal with the current key every secret stored in the clear or under an old key."""
+        stale = [
+            (webhook_id, self._keyring.seal(self._keyring.open(stored)))
+            for webhook_id, stored in await self._db.read(store.all_secrets)
+            if self._keyring.needs_resealing(stored)
+        ]
+        for webhook_id, sealed in stale:
+            await self._db.write(partial(store.set_secret, webhook_id=webhook_id, secret=sealed))
+        return len(stale)
 
     async def deliveries(self, user: User, webhook_id: str) -> list[Delivery]:
         """The newest attempts, newest first."""

@@ -18,9 +18,9 @@ What it guarantees:
 Commands are handled strictly in order (PIPELINING): while one waits on the database, input
 is buffered, and reading pauses once the buffer is large.
 
-Memory per message: DATA is kept as the chunks that arrived (see `_Message`), and joined once
-at its end into the stored bytes, the stuffed dots left out; the chunks then go. Above
-`OFF_LOOP_BYTES` that join, the parse and the compression run in a thread, at most `BIG_AT_ONCE`
+Memory per message: DATA is kept as the chunks that arrived (see `_Message`), and copied once
+at its end into one buffer of the message's size, the stuffed dots left out, each chunk let go
+once copied. Above `OFF_LOOP_BYTES` that copy, the parse and the compression run in a thread, at most `BIG_AT_ONCE`
 messages at a time, so a big message never holds the event loop and eight at once do not each
 hold several copies.
 
@@ -62,8 +62,8 @@ MAX_ERRORS = 20
 DOT_LINE = b"\r\n."
 # Stuffed dots noted as DATA streams in; past this many (hostile input) one replace at the end does it.
 MAX_DOTS = 20_000
-# Big messages joined, parsed and compressed at once: each holds about two copies meanwhile, the
-# others wait holding one (their chunks).
+# Big messages assembled, parsed and compressed at once: each holds its buffer and its compressed
+# copy meanwhile, the others wait holding one (their chunks).
 BIG_AT_ONCE = 1
 
 
@@ -87,7 +87,7 @@ class SessionHooks(Protocol):
         ...
 
     def deliver(
-        self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes
+        self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes | bytearray
     ) -> Awaitable[object]:
         """Store the message (committed when the awaitable is done); `envelope` is every accepted
         RCPT address. A plain function returning the ingest's awaitable, so no frame of the hook
@@ -123,7 +123,7 @@ class Reception:
         return await self._ingest.resolve(address, declared_size=declared_size)
 
     def deliver(
-        self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes
+        self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes | bytearray
     ) -> Awaitable[object]:
         return self._ingest.deliver(sender=sender, recipients=recipients, raw=raw)
 
@@ -564,7 +564,7 @@ class _Session(asyncio.Protocol):
             sender=self.sender, recipients=self.recipients, envelope=self.envelope, raw=await self._raw(message)
         )
 
-    async def _raw(self, message: _Message) -> bytes:
+    async def _raw(self, message: _Message) -> bytearray:
         """The bytes to store (assembled in a thread when big); too big is refused."""
         if message.size > OFF_LOOP_BYTES:
             raw = await asyncio.to_thread(message.assemble)
@@ -758,7 +758,7 @@ _COMMANDS = {
 class _Message:
     """DATA as it streams in: the chunks as they came, and where the stuffed dots are.
 
-    The chunks are kept as received and joined once at the end: one buffer grown to 25 MiB next to
+    The chunks are kept as received and copied once at the end: one buffer grown to 25 MiB next to
     others is copied again at each growth, on the event loop. Each chunk is searched once for CRLF
     followed by a dot: that is the end of DATA when CRLF follows the dot, a stuffed dot (RFC 5321
     4.5.2) otherwise. The stream starts with the `Received:` header (written when DATA starts, as
@@ -821,25 +821,36 @@ class _Message:
                     self.chunks.append(last[: len(last) - cut])
                 excess -= cut
 
-    def assemble(self) -> bytes:
-        """The message without its stuffed dots, in one copy; the chunks are let go."""
+    def assemble(self) -> bytearray:
+        """The message without its stuffed dots, in one buffer of its final size; each chunk is let
+        go once copied, so the message is held about once, not as chunks and their join.
+
+        The copy is one slice assignment per piece: short GIL holds, whatever the message's size.
+        """
         chunks, dots, self.chunks = self.chunks, self.dots, []
         if dots is None:
-            return b"".join(chunks).replace(DOT_LINE, b"\r\n")
-        spans = []
+            # Too many stuffed dots to have noted (hostile input): undone over the whole text.
+            return bytearray().join(chunks).replace(DOT_LINE, b"\r\n")
+        out = bytearray(sum(len(chunk) for chunk in chunks) - len(dots))
         marks = iter(dots)
         mark = next(marks, -1)
-        offset = 0
-        for chunk in chunks:
+        offset = written = 0
+        for index, chunk in enumerate(chunks):
+            chunks[index] = b""
             view = memoryview(chunk)
             start = 0
             while 0 <= mark - offset < len(chunk):
-                spans.append(view[start : mark - offset])
+                piece = view[start : mark - offset]
+                out[written : written + len(piece)] = piece
+                written += len(piece)
                 start = mark - offset + 1
                 mark = next(marks, -1)
-            spans.append(view[start:])
+            piece = view[start:]
+            out[written : written + len(piece)] = piece
+            written += len(piece)
             offset += len(chunk)
-        return b"".join(spans)
+            del view, piece, chunk
+        return out
 
 
 def _path(arg: str, keyword: str) -> tuple[str, list[str]] | None:

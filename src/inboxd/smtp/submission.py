@@ -114,7 +114,7 @@ class _SubmissionSession:
         return recipient
 
     def deliver(
-        self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes
+        self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes | bytearray
     ) -> Awaitable[object]:
         stored = self.listener.ingest.deliver(sender=sender, recipients=recipients, raw=raw, envelope=envelope)
         return self._after(stored)

@@ -44,6 +44,8 @@ class Row(Protocol):
 Work = Callable[["Tx"], Coroutine[Any, Any, T]]
 
 MAX_BATCH = 512
+# `fetch_blob` reads SQLite blobs this much at a time.
+BLOB_PIECE = 1024 * 1024
 log = logging.getLogger("inboxd.store")
 
 
@@ -57,6 +59,11 @@ class Tx(Protocol):
     async def fetchval(self, sql: str, *args: Any) -> Any: ...
     async def execute(self, sql: str, *args: Any) -> int: ...
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+    async def fetch_blob(self, table: str, column: str, key_column: str, key: Any) -> bytes | bytearray | None:
+        """`column` of the `table` row whose `key_column` is `key` (None when there is no such
+        row), for values of megabytes: SQLite reads it in pieces, letting go of the GIL between
+        them, where fetching it whole holds the GIL while it reads every page."""
+        ...
 
 
 class Database(Protocol):
@@ -69,6 +76,10 @@ class Database(Protocol):
         ...
 
     async def read(self, work: Work[T]) -> T: ...
+    async def read_large(self, work: Work[T]) -> T:
+        """A read whose rows may be megabytes (message sources): kept off the event loop."""
+        ...
+
     async def write(self, work: Work[T]) -> T: ...
     async def close(self) -> None: ...
 
@@ -108,6 +119,17 @@ class _SqliteTx:
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self._conn.executemany(sql, rows)
+
+    async def fetch_blob(self, table: str, column: str, key_column: str, key: Any) -> bytes | bytearray | None:
+        row = self._conn.execute(f"SELECT rowid FROM {table} WHERE {key_column} = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        with self._conn.blobopen(table, column, row[0], readonly=True) as blob:
+            # Into one buffer of the blob's size: the value is held once, not as pieces and their join.
+            value = bytearray(len(blob))
+            for start in range(0, len(value), BLOB_PIECE):
+                value[start : start + BLOB_PIECE] = blob.read(BLOB_PIECE)
+        return value
 
 
 def _sqlite_connect(path: str) -> sqlite3.Connection:
@@ -204,6 +226,30 @@ class SqliteDatabase:
                 conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise _sqlite_error(exc) from exc
+
+    async def read_large(self, work: Work[T]) -> T:
+        """Run a read in a thread, on a connection of its own: stepping through megabytes of blob
+        pages and copying them into `bytes` would hold the event loop for milliseconds each."""
+        if self._closed:
+            raise StorageError("The database is closed.")
+        return await asyncio.to_thread(self._read_in_thread, work)
+
+    def _read_in_thread(self, work: Work[T]) -> T:
+        try:
+            conn = _sqlite_connect(self._path)
+        except sqlite3.Error as exc:
+            raise _sqlite_error(exc) from exc
+        try:
+            conn.execute("PRAGMA query_only=ON")
+            conn.execute("BEGIN")
+            try:
+                return run_sync(work(_SqliteTx(conn)))
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise _sqlite_error(exc) from exc
+        finally:
+            conn.close()
 
     # Writes -----------------------------------------------------------------------------------
 
@@ -359,6 +405,10 @@ class _PgTx:
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         await self._conn.executemany(to_postgres(sql), rows)
 
+    async def fetch_blob(self, table: str, column: str, key_column: str, key: Any) -> bytes | bytearray | None:
+        value = await self._conn.fetchval(f"SELECT {column} FROM {table} WHERE {key_column} = $1", key)
+        return None if value is None else bytes(value)
+
 
 class PostgresDatabase:
     """asyncpg: reads on the pool, writes group-committed by one writer task.
@@ -403,6 +453,10 @@ class PostgresDatabase:
                 raise
             raise mapped from exc
 
+    async def read_large(self, work: Work[T]) -> T:
+        # asyncpg receives rows on the event loop whatever the caller does.
+        return await self.read(work)
+
     async def write(self, work: Work[T]) -> T:
         if self._closed:
             raise StorageError("The database is closed.")
@@ -432,15 +486,53 @@ class PostgresDatabase:
     async def _run_batch(self, batch: list[tuple[Work[Any], asyncio.Future[Any]]]) -> None:
         if self.on_batch is not None:
             self.on_batch(len(batch))
+        # A SAVEPOINT and its RELEASE are two round trips per unit, a third of an ingest's. Units
+        # rarely fail, so the batch first runs without them; if one does fail, that transaction is
+        # rolled back whole (nothing of it was committed, nobody was answered) and the batch runs
+        # again with a SAVEPOINT per unit, so the failure stays its own unit's.
+        outcomes = await self._run_units(batch, savepoints=False)
+        if outcomes is None:
+            outcomes = await self._run_units(batch, savepoints=True)
+            assert outcomes is not None, "with savepoints, every unit's outcome is kept"
+        for (_work, future), (result, error) in zip(batch, outcomes, strict=True):
+            if future.done():
+                continue
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+    async def _run_units(
+        self, batch: list[tuple[Work[Any], asyncio.Future[Any]]], *, savepoints: bool
+    ) -> list[tuple[Any, BaseException | None]] | None:
+        """Each unit's result or error, after the COMMIT; None when, without savepoints, a unit
+        of a batch of several failed and the whole transaction was rolled back."""
         outcomes: list[tuple[Any, BaseException | None]] = []
         try:
-            async with self._pool.acquire() as conn, conn.transaction():
-                for work, _future in batch:
-                    try:
-                        async with conn.transaction():  # nested: a SAVEPOINT
+            async with self._pool.acquire() as conn:
+                transaction = conn.transaction()
+                await transaction.start()
+                try:
+                    for work, _future in batch:
+                        if not savepoints:
                             outcomes.append((await work(_PgTx(conn)), None))
-                    except Exception as exc:  # handed to its caller; the others go on
-                        outcomes.append((None, _pg_error(exc)))
+                            continue
+                        try:
+                            async with conn.transaction():  # nested: a SAVEPOINT
+                                outcomes.append((await work(_PgTx(conn)), None))
+                        except Exception as exc:  # handed to its caller; the others go on
+                            outcomes.append((None, _pg_error(exc)))
+                except Exception as exc:
+                    await transaction.rollback()
+                    if savepoints:
+                        raise  # not a unit's own failure: the batch fails below
+                    if len(batch) > 1:
+                        return None
+                    return [(None, _pg_error(exc))]  # alone in its transaction: the error is its own
+                except BaseException:
+                    await transaction.rollback()
+                    raise
+                await transaction.commit()
         except Exception as exc:  # the batch as a whole failed (connection, COMMIT)
             # Every caller fails, with a storage error: the units that ran cleanly did nothing
             # wrong, and a deferred constraint's error at COMMIT is not theirs to see.
@@ -449,13 +541,7 @@ class PostgresDatabase:
                 failure = StorageError()
                 failure.__cause__ = exc
             outcomes = [(None, failure)] * len(batch)
-        for (_work, future), (result, error) in zip(batch, outcomes, strict=True):
-            if future.done():
-                continue
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(result)
+        return outcomes
 
     async def close(self) -> None:
         self._closed = True

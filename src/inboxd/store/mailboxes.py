@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from inboxd.model import Mailbox
 from inboxd.store import search
@@ -119,16 +119,24 @@ class RecipientRow:
     domain_live: bool
 
 
-async def recipient(tx: Tx, address: str) -> RecipientRow | None:
+async def recipient(tx: Tx, address: str, *, now: float) -> RecipientRow | None:
+    """The mailbox an RCPT address names, its owner's plan and status, in one query; `used` is
+    the usage at `now`: bytes of messages past their expiry that the sweep has not yet taken
+    out count as free (ix_messages_due)."""
     row = await tx.fetchrow(
         "SELECT m.id, m.user_id, m.token_id, m.address, m.domain_id, m.quota, m.used, m.password_gen, "
-        "m.created_at, u.plan, u.status AS user_status, d.verify_status "
+        "m.created_at, u.plan, u.status AS user_status, d.verify_status, "
+        "(SELECT COALESCE(SUM(x.size), 0) FROM messages x WHERE x.mailbox_id = m.id AND x.expired = 0 "
+        "AND x.expires_at <= ? AND x.deleted = 0) AS due "
         "FROM mailboxes m JOIN users u ON u.id = m.user_id "
         "LEFT JOIN custom_domains d ON d.id = m.domain_id WHERE m.address = ? AND m.kind = 'mailbox'",
+        now,
         address,
     )
     if row is None:
         return None
     mailbox = mailbox_from(row)
+    if row["due"]:
+        mailbox = replace(mailbox, used=max(0, mailbox.used - int(row["due"])))
     live = mailbox.domain_id is None or row["verify_status"] == "verified"
     return RecipientRow(mailbox=mailbox, plan=row["plan"], user_status=row["user_status"], domain_live=live)

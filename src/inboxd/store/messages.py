@@ -103,6 +103,12 @@ async def raw(tx: Tx, message_id: str) -> bytes | None:
     return None if value is None else bytes(value)
 
 
+async def raw_large(tx: Tx, message_id: str) -> bytes | bytearray | None:
+    """`raw` for a big message: the source read in pieces (`Tx.fetch_blob`)."""
+    source_id = await tx.fetchval("SELECT source_id FROM messages WHERE id = ?", message_id)
+    return None if source_id is None else await tx.fetch_blob("message_sources", "raw", "id", source_id)
+
+
 async def detail_json(tx: Tx, message_id: str) -> str | None:
     value = await tx.fetchval("SELECT detail FROM message_details WHERE message_id = ?", message_id)
     return None if value is None else str(value)

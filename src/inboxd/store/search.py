@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from inboxd.model import MessageFilter, Term
-from inboxd.store.db import Row, Tx
+from inboxd.store.db import Tx
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,17 +181,38 @@ async def pending(tx: Tx, *, limit: int) -> list[Pending]:
     return [Pending(r[0], r[1], r[2], r[3]) for r in rows]
 
 
-async def sources(tx: Tx, message_ids: Sequence[str]) -> list[Row]:
-    """(message id, compressed raw, subject, from, sender, mailbox address, envelope) of each message."""
+class Source(NamedTuple):
+    """What the indexer reads of a message."""
+
+    message_id: str
+    compressed: bytes | bytearray
+    subject: str
+    from_header: str
+    sender: str
+    address: str
+    envelope: str | None
+
+
+async def sources(tx: Tx, message_ids: Sequence[str]) -> list[Source]:
+    """The `Source` of each message still there.
+
+    The sources are read one by one with `Tx.fetch_blob`: they may be megabytes each.
+    """
     if not message_ids:
         return []
     marks = ", ".join("?" for _ in message_ids)
-    return await tx.fetch(
-        "SELECT m.id, s.raw, m.subject, m.from_header, m.sender, b.address, m.envelope FROM messages m "
-        "JOIN message_sources s ON s.id = m.source_id JOIN mailboxes b ON b.id = m.mailbox_id "
+    rows = await tx.fetch(
+        "SELECT m.id, m.source_id, m.subject, m.from_header, m.sender, b.address, m.envelope FROM messages m "
+        "JOIN mailboxes b ON b.id = m.mailbox_id "
         f"WHERE m.deleted = 0 AND m.id IN ({marks})",
         *message_ids,
     )
+    out: list[Source] = []
+    for row in rows:
+        raw = await tx.fetch_blob("message_sources", "raw", "id", row[1])
+        if raw is not None:
+            out.append(Source(row[0], raw, row[2], row[3], row[4], row[5], row[6]))
+    return out
 
 
 async def mark_unindexable(tx: Tx, message_ids: Sequence[str]) -> None:

@@ -129,6 +129,15 @@ async def delete_for_user(tx: Tx, webhook_id: str, user_id: str) -> bool:
     return True
 
 
+async def all_secrets(tx: Tx) -> list[tuple[str, str]]:
+    """(id, stored secret) of every webhook: for sealing them again after a key change."""
+    return [(str(r["id"]), str(r["secret"])) for r in await tx.fetch("SELECT id, secret FROM webhooks")]
+
+
+async def set_secret(tx: Tx, webhook_id: str, *, secret: str) -> None:
+    await tx.execute("UPDATE webhooks SET secret = ? WHERE id = ?", secret, webhook_id)
+
+
 async def rotate_for_user(tx: Tx, webhook_id: str, user_id: str, *, secret: str) -> bool:
     """A new secret, and a fresh start of the failure count (a disabled webhook stays disabled)."""
     changed = await tx.execute(

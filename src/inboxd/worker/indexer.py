@@ -22,48 +22,57 @@ from functools import partial
 import msgspec
 
 from inboxd.events import EventBus
-from inboxd.mail.parse import html_to_text, parse_message
+from inboxd.mail.parse import body_prefixes, html_to_text
 from inboxd.services.filters import index_terms
 from inboxd.services.ingest import storable
 from inboxd.services.rawcodec import decompress
 from inboxd.store import search
-from inboxd.store.db import Database, Row
+from inboxd.store.db import Database
 from inboxd.tasks import cancel_and_wait
 
 log = logging.getLogger("inboxd.indexer")
 BATCH = 200
 POLL_INTERVAL = 5.0
 BODY_CHARS = 256 * 1024
+# The body's words come from its first BODY_CHARS characters, so no more than this much of its
+# encoded payload is decoded (base64 and 4-byte UTF-8 fit 256 Ki characters in it).
+BODY_BYTES = 2 * 1024 * 1024
+# HTML is rendered to text from its first this many characters: html.parser costs about a
+# microsecond per character, in Python, holding the GIL the event loop needs.
+HTML_CHARS = 512 * 1024
 # Sources read and parsed at once: a batch of big messages (25 MiB each) must not all sit in memory.
 CHUNK_BYTES = 16 * 1024 * 1024
+# To and Cc are read from at most this much of the header block, as the MIME walk reads headers
+# (inboxd.mail.parse): a hostile 10 MB header would otherwise become a hundred megabytes of strings.
+HEADER_BYTES = 1024 * 1024
 _headers = BytesHeaderParser(policy=compat32)
 _decode_envelope = msgspec.json.Decoder(list[str]).decode
 
 
-def build_doc(row: Row, pending: search.Pending) -> search.Doc:
+def build_doc(row: search.Source, pending: search.Pending) -> search.Doc:
     """One message's index row from its stored source; pure CPU, run in a thread."""
-    message_id, compressed, subject, from_, sender, address, envelope = (row[i] for i in range(7))
-    raw = decompress(bytes(compressed))
-    parsed = parse_message(raw)
+    message_id, compressed, subject, from_, sender, address, envelope = row
+    raw = decompress(compressed)
+    bodies = body_prefixes(raw, BODY_BYTES)
     # The sandbox keeps the envelope recipients: Bcc'd addresses are found by `to` too.
     captured = _decode_envelope(envelope) if envelope else []
     recipients = storable(" ".join([address, *_recipients(raw), *captured])).lower()
-    body = parsed.text_body if parsed.text_body.strip() else html_to_text(parsed.html_body)
+    body = bodies.text_body if bodies.text_body.strip() else html_to_text(bodies.html_body[:HTML_CHARS])
     return search.Doc(
         message_id=message_id,
         mailbox_id=pending.mailbox_id,
         created_at=pending.created_at,
         recipients=recipients,
-        has_attachments=bool(parsed.attachments),
+        has_attachments=bodies.has_attachments,
         terms=index_terms((subject, from_, sender, recipients, body[:BODY_CHARS])),
     )
 
 
 def _recipients(raw: bytes) -> list[str]:
     """The To and Cc addresses, display names decoded, as `Name <addr>` strings."""
-    end = raw.find(b"\r\n\r\n")
+    end = raw.find(b"\r\n\r\n", 0, HEADER_BYTES)
     try:
-        headers = _headers.parsebytes(raw if end < 0 else raw[: end + 4])
+        headers = _headers.parsebytes(raw[:HEADER_BYTES] if end < 0 else raw[: end + 4])
         values = [str(v) for name in ("to", "cc") for v in headers.get_all(name, [])]
         out = []
         for name, addr in getaddresses(values):
@@ -127,7 +136,7 @@ class SearchIndexer:
         pending_of = {p.id: p for p in waiting}
         docs: list[search.Doc] = []
         for chunk in _chunks(waiting):
-            rows = await self._db.read(partial(search.sources, message_ids=chunk))
+            rows = await self._db.read_large(partial(search.sources, message_ids=chunk))
             docs += await asyncio.to_thread(_build_all, rows, pending_of)
         # Deleted meanwhile, or unparseable: nothing to index, and not worth another try.
         skipped = set(pending_of) - {d.message_id for d in docs}
@@ -151,7 +160,7 @@ def _chunks(waiting: Sequence[search.Pending]) -> list[list[str]]:
     return chunks
 
 
-def _build_all(rows: Sequence[Row], pending_of: dict[str, search.Pending]) -> list[search.Doc]:
+def _build_all(rows: Sequence[search.Source], pending_of: dict[str, search.Pending]) -> list[search.Doc]:
     docs = []
     for row in rows:
         try:

@@ -23,15 +23,19 @@ import random
 import uuid
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from inboxd.config import Settings
+from inboxd.keyring import Keyring
 from inboxd.metrics import Metrics
 from inboxd.model import Delivery
 from inboxd.store import webhooks as store
 from inboxd.store.db import Database
 from inboxd.tasks import cancel_and_wait
-from inboxd.worker.sender import WebhookSender
+
+if TYPE_CHECKING:
+    from inboxd.worker.sender import WebhookSender
 
 log = logging.getLogger("inboxd.webhooks")
 DELIVERIES_KEPT = 100
@@ -44,16 +48,19 @@ class WebhookWorker:
     def __init__(
         self,
         db: Database,
-        sender: WebhookSender,
         *,
         settings: Settings,
         clock: Callable[[], float],
         rng: random.Random | None = None,
         metrics: Metrics | None = None,
+        keyring: Keyring,
     ) -> None:
         self._db = db
+        self._keyring = keyring
         self._metrics = metrics or Metrics()
-        self._sender = sender
+        # Opened at the first attempt: a process whose users have no webhooks never imports the
+        # HTTP client (aiohttp) at all.
+        self._sender: WebhookSender | None = None
         self._settings = settings
         self._clock = clock
         self._random = rng or random.Random()
@@ -68,7 +75,6 @@ class WebhookWorker:
         self._lease = max(settings.webhook_lease, settings.webhook_timeout + 1.0)
 
     def start(self) -> None:
-        self._sender.start()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def wake(self) -> None:
@@ -92,7 +98,9 @@ class WebhookWorker:
         if cut:
             with contextlib.suppress(Exception):
                 await self._db.write(partial(store.release, job_ids=list(cut.values())))
-        await self._sender.close()
+        if self._sender is not None:
+            await self._sender.close()
+            self._sender = None
 
     async def _run(self) -> None:
         while not self._stopping:
@@ -138,15 +146,23 @@ class WebhookWorker:
         poll = self._settings.webhook_poll_interval
         return poll if next_due is None else max(0.0, min(poll, next_due - self._clock()))
 
+    def _open_sender(self) -> WebhookSender:
+        if self._sender is None:
+            from inboxd.worker.sender import WebhookSender
+
+            self._sender = WebhookSender(self._settings)
+            self._sender.start()
+        return self._sender
+
     async def _attempt(self, job: store.ClaimedJob) -> None:
         retry_at: float | None = None
         try:
             started_at = self._clock()
-            outcome = await self._sender.post(
+            outcome = await self._open_sender().post(
                 job.url,
                 event_id=job.event_id,
                 body=job.payload.encode("utf-8"),
-                secret=job.secret,
+                secret=self._keyring.open(job.secret),
                 timestamp=int(started_at),
             )
             number = job.attempt + 1
