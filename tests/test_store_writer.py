@@ -202,3 +202,38 @@ async def test_writes_racing_close_all_get_an_answer(tmp_path: Path) -> None:
     with sqlite3.connect(path) as check:
         stored = check.execute("SELECT count(*) FROM t").fetchone()[0]
     assert stored == sum(1 for o in outcomes if o is None)
+
+
+async def test_a_deadlock_with_another_process_is_retried_not_reported() -> None:
+    """Two processes' writers lock the same rows in opposite orders; PostgreSQL fails one of the
+    transactions to break the deadlock. Nobody was answered for it yet, so the writer runs that
+    batch again and both callers hear success (before, one heard a storage failure: a 451 for
+    mail that a sender would then send again)."""
+    schema = f"w_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'CREATE TABLE "{schema}".rows (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)')
+        conn.execute(f'INSERT INTO "{schema}".rows VALUES (1, 0), (2, 0)')
+    first = await PostgresDatabase.connect(PG_URL, schema=schema, size=2)
+    second = await PostgresDatabase.connect(PG_URL, schema=schema, size=2)
+    holding = {1: asyncio.Event(), 2: asyncio.Event()}
+
+    def crosswise(mine: int, theirs: int) -> Callable[[Tx], Coroutine[Any, Any, None]]:
+        async def work(tx: Tx) -> None:
+            await tx.execute("UPDATE rows SET n = n + 1 WHERE id = ?", mine)
+            holding[mine].set()
+            await holding[theirs].wait()  # both hold one row and now ask for the other's
+            await tx.execute("UPDATE rows SET n = n + 1 WHERE id = ?", theirs)
+
+        return work
+
+    try:
+        async with asyncio.timeout(30):
+            await asyncio.gather(first.write(crosswise(1, 2)), second.write(crosswise(2, 1)))
+        rows = await first.read(lambda tx: tx.fetch("SELECT id, n FROM rows ORDER BY id"))
+        assert [(r[0], r[1]) for r in rows] == [(1, 2), (2, 2)]  # each ran once, in the end
+    finally:
+        await first.close()
+        await second.close()
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')

@@ -44,6 +44,10 @@ class Row(Protocol):
 Work = Callable[["Tx"], Coroutine[Any, Any, T]]
 
 MAX_BATCH = 512
+# Several processes on one PostgreSQL lock the same mailbox rows (their `used`) in whatever order
+# their batches hold; PostgreSQL breaks such a deadlock by failing one transaction, which nobody
+# was answered for yet, so it runs again.
+CONFLICT_RETRIES = 5
 # `fetch_blob` reads SQLite blobs this much at a time.
 BLOB_PIECE = 1024 * 1024
 log = logging.getLogger("inboxd.store")
@@ -490,10 +494,18 @@ class PostgresDatabase:
         # rarely fail, so the batch first runs without them; if one does fail, that transaction is
         # rolled back whole (nothing of it was committed, nobody was answered) and the batch runs
         # again with a SAVEPOINT per unit, so the failure stays its own unit's.
-        outcomes = await self._run_units(batch, savepoints=False)
-        if outcomes is None:
-            outcomes = await self._run_units(batch, savepoints=True)
-            assert outcomes is not None, "with savepoints, every unit's outcome is kept"
+        for attempt in range(CONFLICT_RETRIES + 1):
+            outcomes = await self._run_units(batch, savepoints=False)
+            if outcomes is None:
+                outcomes = await self._run_units(batch, savepoints=True)
+                assert outcomes is not None, "with savepoints, every unit's outcome is kept"
+            if outcomes is not _CONFLICT:
+                break
+            log.warning("write batch of %d hit a deadlock with another process; retrying", len(batch))
+            await asyncio.sleep(0.01 * (attempt + 1))
+        else:
+            conflict = StorageError()
+            outcomes = [(None, conflict)] * len(batch)
         for (_work, future), (result, error) in zip(batch, outcomes, strict=True):
             if future.done():
                 continue
@@ -506,7 +518,8 @@ class PostgresDatabase:
         self, batch: list[tuple[Work[Any], asyncio.Future[Any]]], *, savepoints: bool
     ) -> list[tuple[Any, BaseException | None]] | None:
         """Each unit's result or error, after the COMMIT; None when, without savepoints, a unit
-        of a batch of several failed and the whole transaction was rolled back."""
+        of a batch of several failed and the whole transaction was rolled back; `_CONFLICT` when
+        PostgreSQL rolled it back for a deadlock or serialization failure."""
         outcomes: list[tuple[Any, BaseException | None]] = []
         try:
             async with self._pool.acquire() as conn:
@@ -521,9 +534,13 @@ class PostgresDatabase:
                             async with conn.transaction():  # nested: a SAVEPOINT
                                 outcomes.append((await work(_PgTx(conn)), None))
                         except Exception as exc:  # handed to its caller; the others go on
+                            if _is_conflict(exc):
+                                raise  # not the unit's fault: the whole batch runs again
                             outcomes.append((None, _pg_error(exc)))
                 except Exception as exc:
                     await transaction.rollback()
+                    if _is_conflict(exc):
+                        return _CONFLICT
                     if savepoints:
                         raise  # not a unit's own failure: the batch fails below
                     if len(batch) > 1:
@@ -534,6 +551,8 @@ class PostgresDatabase:
                     raise
                 await transaction.commit()
         except Exception as exc:  # the batch as a whole failed (connection, COMMIT)
+            if _is_conflict(exc):
+                return _CONFLICT
             # Every caller fails, with a storage error: the units that ran cleanly did nothing
             # wrong, and a deferred constraint's error at COMMIT is not theirs to see.
             failure = _pg_error(exc)
@@ -550,6 +569,16 @@ class PostgresDatabase:
             await self._writer
             self._writer = None
         await self._pool.close()
+
+
+# The outcome list of a batch that PostgreSQL rolled back for a conflict with another process.
+_CONFLICT: list[tuple[Any, BaseException | None]] = []
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    import asyncpg
+
+    return isinstance(exc, asyncpg.DeadlockDetectedError | asyncpg.SerializationError)
 
 
 def _pg_error(exc: BaseException) -> BaseException:
