@@ -73,7 +73,7 @@ def pg_schema() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("template") / "inboxd.sqlite3"
-    migrate.upgrade(f"sqlite:///{path}")
+    migrate.alembic_upgrade(f"sqlite:///{path}")
     return path
 
 

@@ -4,6 +4,8 @@ it, is checked here, since the test compares a database migrated to head with th
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +72,38 @@ def test_sqlite_migrations_match_the_schema(sqlite_template: Path) -> None:
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 def test_postgres_migrations_match_the_schema(backend: str, pg_schema: str) -> None:
     assert _unintended("postgresql", _drift(PG_URL, schema=pg_schema)) == []
+
+
+def _dump(path: Path) -> str:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return migrate.dump_sqlite_head(conn)
+
+
+def test_the_sqlite_head_script_is_what_the_migrations_build(sqlite_template: Path, tmp_path: Path) -> None:
+    """A new SQLite database is built from `sqlite_head.sql` rather than by Alembic (a faster
+    first start): the script must be exactly what the migrations build, and build it again."""
+    migrated = _dump(sqlite_template)  # the template is built by Alembic, every migration
+    assert migrate.HEAD_SQL.read_text(encoding="utf-8") == migrated, (
+        "stale: python -m inboxd.store.migrate > src/inboxd/store/migrations/sqlite_head.sql"
+    )
+    with contextlib.closing(sqlite3.connect(sqlite_template)) as conn:  # nothing else to copy
+        tables = [row[1] for row in conn.execute("PRAGMA table_list") if row[2] == "table"]
+        filled = [t for t in tables if not t.startswith("sqlite_") and conn.execute(f'SELECT 1 FROM "{t}"').fetchone()]
+    assert filled == ["alembic_version"]
+
+    fresh = tmp_path / "new" / "inboxd.sqlite3"
+    assert migrate.begin_upgrade(f"sqlite:///{fresh}") is None  # built at once, no Alembic child
+    assert _dump(fresh) == migrated
+    migrate.alembic_upgrade(f"sqlite:///{fresh}")  # Alembic agrees it is at head: a no-op
+    assert _dump(fresh) == migrated
+    assert _unintended("sqlite", _drift(f"sqlite:///{fresh}")) == []
+
+
+def test_an_existing_database_is_never_rebuilt_from_the_script(tmp_path: Path) -> None:
+    path = tmp_path / "inboxd.sqlite3"
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE other (x)")
+        conn.commit()
+    assert not migrate._create_sqlite_at_head(f"sqlite:///{path}")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["other"]

@@ -6,10 +6,16 @@ On PostgreSQL an advisory lock keeps several starting processes from migrating a
 `inboxd serve` migrates in a short-lived child process (`upgrade_in_child`), and recognises a
 SQLite database already at the newest revision with `sqlite3` alone: Alembic and SQLAlchemy,
 once imported, would stay resident in the server for nothing.
+
+A new SQLite database is created from `sqlite_head.sql`, the schema the migrations build, dumped
+from a migrated database (`python -m inboxd.store.migrate > src/inboxd/store/migrations/sqlite_head.sql`;
+a test fails when it is stale): importing Alembic and SQLAlchemy and running every migration would
+take longer than the rest of a first start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -27,6 +33,8 @@ log = logging.getLogger("inboxd")
 MIGRATIONS = Path(__file__).parent / "migrations"
 _LOCK_KEY = 0x1B0D
 _CHILD = "import json, sys; from inboxd.store.migrate import upgrade; upgrade(**json.load(sys.stdin))"
+HEAD_SQL = MIGRATIONS / "sqlite_head.sql"
+_HEAD_MARK = "-- inboxd schema at revision "
 _REVISION = re.compile(r"^(down_revision|revision)\s*=\s*(?:\"([^\"]*)\"|None)", re.MULTILINE)
 
 
@@ -45,8 +53,8 @@ def head_revision() -> str:
 
 
 def _sqlite_at_head(url: str) -> bool:
-    path = url.removeprefix("sqlite:///")
-    if not url.startswith("sqlite:///") or not Path(path).is_file():
+    path = _sqlite_path(url)
+    if path is None or not path.is_file():
         return False
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -57,6 +65,47 @@ def _sqlite_at_head(url: str) -> bool:
     except sqlite3.Error:
         return False
     return [row[0] for row in rows] == [head_revision()]
+
+
+def _sqlite_path(url: str) -> Path | None:
+    return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+
+
+def dump_sqlite_head(conn: sqlite3.Connection) -> str:
+    """The script that builds the schema of `conn` (a database migrated to head) in a new file:
+    its tables, indexes, triggers and virtual tables in creation order, and its revision."""
+    shadow = {row[1] for row in conn.execute("PRAGMA table_list") if row[2] == "shadow"}
+    (revision,) = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    lines = [f"{_HEAD_MARK}{revision}"]
+    for name, sql in conn.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid"):
+        if name not in shadow and not name.startswith("sqlite_"):
+            lines.append(f"{sql};")
+    lines.append(f"INSERT INTO alembic_version (version_num) VALUES ('{revision}');")
+    return "\n".join(lines) + "\n"
+
+
+def _create_sqlite_at_head(url: str) -> bool:
+    """Build a new SQLite database from `sqlite_head.sql`; False (nothing done) when the database
+    exists already, another process got there first, or the script is not at the head revision."""
+    path = _sqlite_path(url)
+    if path is None or (path.exists() and path.stat().st_size > 0):
+        return False
+    script = HEAD_SQL.read_text(encoding="utf-8")
+    if not script.startswith(f"{_HEAD_MARK}{head_revision()}\n"):
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            return False
+        conn.executescript(f"BEGIN IMMEDIATE;\n{script}COMMIT;")
+    except sqlite3.Error:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        return False  # Alembic finds out what is there
+    finally:
+        conn.close()
+    return True
 
 
 def sync_engine(url: str, *, schema: str = "") -> sa.Engine:
@@ -79,8 +128,13 @@ def alembic_config() -> Config:
 
 
 def upgrade(url: str, *, schema: str = "") -> None:
-    if _sqlite_at_head(url):
+    if _sqlite_at_head(url) or _create_sqlite_at_head(url):
         return
+    alembic_upgrade(url, schema=schema)
+
+
+def alembic_upgrade(url: str, *, schema: str = "") -> None:
+    """Every migration not applied yet, by Alembic."""
     import sqlalchemy as sa
     from alembic import command
 
@@ -131,8 +185,9 @@ class PendingUpgrade:
 
 def begin_upgrade(url: str, *, schema: str = "") -> PendingUpgrade | None:
     """Start `upgrade` in a child Python process (the URL goes over stdin, never on a command
-    line), so the server's own imports run meanwhile; None when a SQLite database is current."""
-    if _sqlite_at_head(url):
+    line), so the server's own imports run meanwhile; None when a SQLite database is current or
+    new (then built here, from `sqlite_head.sql`)."""
+    if _sqlite_at_head(url) or _create_sqlite_at_head(url):
         return None
     return PendingUpgrade(url, schema=schema)
 
@@ -142,3 +197,13 @@ def upgrade_in_child(url: str, *, schema: str = "") -> None:
     pending = begin_upgrade(url, schema=schema)
     if pending is not None:
         pending.wait()
+
+
+if __name__ == "__main__":  # prints sqlite_head.sql: the schema at head, from a migrated scratch file
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch_url = f"sqlite:///{scratch}/head.sqlite3"
+        alembic_upgrade(scratch_url)
+        with contextlib.closing(sqlite3.connect(f"{scratch}/head.sqlite3")) as migrated:
+            sys.stdout.write(dump_sqlite_head(migrated))
