@@ -73,6 +73,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     goal.add_argument("--fill", type=int, default=10000, help="messages in the mailbox for the API reads")
     goal.add_argument("--duration", type=float, default=8.0, help="seconds per wrk run")
     goal.add_argument("--heavy", type=int, default=100_000, help="messages before the memory-after-load figure")
+    goal.add_argument(
+        "--scale", type=int, default=1_000_000, help="messages for the list-at-scale figure (0: not measured)"
+    )
     profile = sub.add_parser("profile", parents=[common], help="py-spy profile of inboxd under SMTP load")
     profile.add_argument("--workload", choices=["ingest", "list"], default="ingest")
     profile.add_argument("--connections", type=int, default=32, help="SMTP or HTTP connections")
@@ -168,12 +171,13 @@ def main(argv: list[str]) -> int:
                 fill=args.fill,
                 duration=args.duration,
                 heavy=args.heavy,
+                scale=args.scale,
             )
             print(text)
             print(f"\nbenchmark took {time.monotonic() - started:.0f} s")
             print(
                 f"reproduce: python -m bench goals --repeats {args.repeats} --messages {args.messages} "
-                f"--fill {args.fill} --duration {args.duration:g} --heavy {args.heavy}"
+                f"--fill {args.fill} --duration {args.duration:g} --heavy {args.heavy} --scale {args.scale}"
             )
             return 0 if held else 1
         ingest_figures: list[ingest.IngestFigure] = []

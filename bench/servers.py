@@ -193,9 +193,24 @@ class Inboxd(_ServerProcess):
         return env
 
     def start(self) -> None:
-        self.data_dir.mkdir(parents=True)
+        self.data_dir.mkdir(parents=True, exist_ok=self.token != "")
         self._launch([sys.executable, "-m", "inboxd", "serve"], env=self.environment())
-        self.token = (self.data_dir / "bootstrap-token").read_text().strip()
+        self.token = self.token or (self.data_dir / "bootstrap-token").read_text().strip()
+
+    def halt(self) -> None:
+        """Stop the process and keep its data, to `start` it again on the same data."""
+        if self._process is not None:
+            _stop(self._process)
+            self._process = None
+
+    def copy(self) -> Inboxd:
+        """A server of its own (other ports and directory) on a copy of this one's halted SQLite
+        data, its bootstrap token included."""
+        assert self.backend == "sqlite" and self._process is None
+        twin = Inboxd(backend="sqlite", workdir=self.data_dir.parent, pg_url=self.pg_url, defaults=self.defaults)
+        shutil.copytree(self.data_dir, twin.data_dir)
+        twin.token = self.token
+        return twin
 
     def stop(self) -> None:
         if self._process is not None:
