@@ -325,3 +325,31 @@ async def test_deleted_mail_leaves_the_index_and_a_restart_catches_up(harness: H
     again = await restart(harness)
     assert await found_by(again, harness, box, "zoë") == ["Bestätigung Ihrer Anmeldung"]
     assert index_rows(harness) == 4
+
+
+async def test_another_process_s_fresh_mail_is_left_to_it_until_settled(harness: Harness) -> None:
+    """Processes on one database each index the mail they took (their ingest hands the ids to
+    their indexer): another process's mail is parsed only once SETTLE seconds old, as when that
+    process stopped before indexing it. So no message is parsed twice, and two indexers do not
+    wait on each other's row locks."""
+    from inboxd.worker.indexer import SETTLE, SearchIndexer
+
+    server = harness.server
+    assert server._indexer is not None and server._db is not None and server._bus is not None
+    await server._indexer.stop()  # this process's indexer: stopped, so its mail stays waiting
+    other = SearchIndexer(server._db, server._bus, clock=harness.clock)  # as in another process
+    box = await harness.new_mailbox()
+    await harness.send(box["address"], message("Left behind", "the quokka waits\n"))
+    assert await other.index_pending() == 0  # fresh, and not its own
+    harness.clock.advance(SETTLE + 1)
+    assert await other.index_pending() == 1  # settled: taken in
+    assert await listed(harness, box, q="quokka") == ["Left behind"]
+
+    await harness.send(box["address"], message("Handed over", "the wombat digs\n"))
+    (newest, *_) = (await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())).json()[
+        "messages"
+    ]
+    assert await other.index_pending() == 0
+    other.wake([newest["id"]])  # what its ingest does after a commit
+    assert await other.index_pending() == 1
+    assert await listed(harness, box, q="wombat") == ["Handed over"]

@@ -202,7 +202,7 @@ class Inboxd:
         services.ingest.on_jobs_queued(webhooks.wake)
         webhooks.start()
         stack.push_async_callback(webhooks.stop)
-        self._indexer = indexer = SearchIndexer(db, bus)
+        self._indexer = indexer = SearchIndexer(db, bus, clock=self.clock)
         services.ingest.on_stored(indexer.wake)
         indexer.start()
         stack.push_async_callback(indexer.stop)

@@ -78,14 +78,15 @@ class IngestService:
         self._clock = clock
         self._is_public = public_domains
         self._job_listeners: list[Callable[[], None]] = []
-        self._stored_listeners: list[Callable[[], None]] = []
+        self._stored_listeners: list[Callable[[Sequence[str]], None]] = []
 
     def on_jobs_queued(self, listener: Callable[[], None]) -> None:
         """Called after a commit that queued webhook jobs (the worker wakes at once)."""
         self._job_listeners.append(listener)
 
-    def on_stored(self, listener: Callable[[], None]) -> None:
-        """Called after every commit that stored mail (the search indexer wakes at once)."""
+    def on_stored(self, listener: Callable[[Sequence[str]], None]) -> None:
+        """Called with the new message ids after every commit that stored mail (the search
+        indexer of this process indexes them at once)."""
         self._stored_listeners.append(listener)
 
     async def resolve(self, address: str, *, declared_size: int | None = None) -> Recipient:
@@ -149,12 +150,13 @@ class IngestService:
         ]
         queued = await self._db.write(partial(_store, items=items, events=events, now=now))
         await self._bus.publish(events)
+        ids = [c.id for c in copies]
         for stored in self._stored_listeners:
-            stored()
+            stored(ids)
         if queued:
             for listener in self._job_listeners:
                 listener()
-        return [c.id for c in copies]
+        return ids
 
     def _copy(self, recipient: Recipient, summary: Summary, *, sender: str, size: int, now: float) -> MessageSummary:
         retention = self._settings.retention_pro if recipient.plan == "pro" else self._settings.retention_free

@@ -172,10 +172,18 @@ def conditions(dialect: str, flt: MessageFilter) -> tuple[str, list[str], list[A
     return " JOIN message_search s ON s.message_id = m.id", where, args
 
 
-async def pending(tx: Tx, *, limit: int) -> list[Pending]:
+async def pending(tx: Tx, *, limit: int, own: Sequence[str] = (), settled_before: float | None = None) -> list[Pending]:
+    """Messages waiting to be indexed, oldest first: those of `own`, and any stored before
+    `settled_before` (every one when it is None)."""
+    if settled_before is None:
+        which, args = "", []
+    else:
+        marks = ", ".join("?" for _ in own) or "NULL"
+        which, args = f" AND (created_at < ? OR id IN ({marks}))", [settled_before, *own]
     rows = await tx.fetch(
-        "SELECT id, mailbox_id, size, created_at FROM messages WHERE indexed = 0 AND deleted = 0 "
+        f"SELECT id, mailbox_id, size, created_at FROM messages WHERE indexed = 0 AND deleted = 0{which} "
         "ORDER BY created_at LIMIT ?",
+        *args,
         limit,
     )
     return [Pending(r[0], r[1], r[2], r[3]) for r in rows]

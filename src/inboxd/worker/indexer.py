@@ -1,18 +1,24 @@
 """The search indexer: fills `message_search` off the SMTP path.
 
-Ingest answers 250 without waiting for it; the indexer is woken after each commit (and looks
-on its own every few seconds, which also picks up what another process left behind), reads the
-messages still flagged `indexed = 0`, parses them in a thread and writes their rows in one
-transaction, then tells the bus which mailboxes gained indexed mail so waits on full-text
-filters look again. The flag lives in the database, so a restart simply carries on.
+Ingest answers 250 without waiting for it; the indexer is woken after each commit with the new
+message ids (and looks on its own every few seconds), reads the messages still flagged
+`indexed = 0`, parses them in a thread and writes their rows in one transaction, then tells the
+bus which mailboxes gained indexed mail so waits on full-text filters look again. The flag lives
+in the database, so a restart simply carries on.
+
+Several processes on one database each index the mail they took themselves, and another's only
+once it is SETTLE seconds old (left behind by a process that stopped): each message is parsed
+once, and two indexers do not queue on each other's row locks (which, with the ingest writes in
+the same group commits, deadlocked on PostgreSQL).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from email.header import decode_header, make_header
 from email.parser import BytesHeaderParser
 from email.policy import compat32
@@ -33,6 +39,8 @@ from inboxd.tasks import cancel_and_wait
 log = logging.getLogger("inboxd.indexer")
 BATCH = 200
 POLL_INTERVAL = 5.0
+SETTLE = 10.0
+OWN_LIMIT = 100_000
 BODY_CHARS = 256 * 1024
 # The body's words come from its first BODY_CHARS characters, so no more than this much of its
 # encoded payload is decoded (base64 and 4-byte UTF-8 fit 256 Ki characters in it).
@@ -90,15 +98,30 @@ def _decoded(value: str) -> str:
 
 
 class SearchIndexer:
-    def __init__(self, db: Database, bus: EventBus, *, batch: int = BATCH, interval: float = POLL_INTERVAL) -> None:
+    def __init__(
+        self,
+        db: Database,
+        bus: EventBus,
+        *,
+        clock: Callable[[], float],
+        batch: int = BATCH,
+        interval: float = POLL_INTERVAL,
+    ) -> None:
         self._db = db
         self._bus = bus
+        self._clock = clock
         self._batch = batch
         self._interval = interval
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # Ids of mail this process stored and has not indexed yet; a message whose id is lost from
+        # here (the set is capped) is indexed all the same once settled.
+        self._own: dict[str, None] = {}
 
-    def wake(self) -> None:
+    def wake(self, message_ids: Sequence[str] = ()) -> None:
+        for message_id in message_ids:
+            if len(self._own) < OWN_LIMIT:
+                self._own[message_id] = None
         self._wake.set()
 
     def start(self) -> None:
@@ -115,10 +138,12 @@ class SearchIndexer:
                 log.info("search index format changed: indexing every message again")
         except Exception:
             log.exception("checking the search index format failed; indexing goes on")
+        settled = False  # the first passes take whatever is waiting: what was left before this start
         while True:
             self._wake.clear()
             try:
-                full = await self.index_pending() == self._batch
+                full = await self.index_pending(everything=not settled) == self._batch
+                settled = settled or not full
             except Exception:
                 log.exception("indexing failed; trying again shortly")
                 full = False
@@ -128,9 +153,17 @@ class SearchIndexer:
                 async with asyncio.timeout(self._interval):
                     await self._wake.wait()
 
-    async def index_pending(self) -> int:
-        """Index one batch of waiting messages; returns how many were waiting."""
-        waiting = await self._db.read(partial(search.pending, limit=self._batch))
+    async def index_pending(self, *, everything: bool = False) -> int:
+        """Index one batch of waiting messages (this process's own and settled ones, or with
+        `everything` any); returns how many were waiting."""
+        own = list(itertools.islice(self._own, self._batch))
+        for message_id in own:
+            del self._own[message_id]
+        settled = None if everything else self._clock() - SETTLE
+        waiting = await self._db.read(partial(search.pending, limit=self._batch, own=own, settled_before=settled))
+        if len(waiting) == self._batch:  # older mail filled the batch: these come next
+            taken = {p.id for p in waiting}
+            self._own.update(dict.fromkeys(i for i in own if i not in taken))
         if not waiting:
             return 0
         pending_of = {p.id: p for p in waiting}
