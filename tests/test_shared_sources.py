@@ -17,6 +17,7 @@ from alembic import command
 from inboxd.store import migrate
 from inboxd.store.db import Database
 from tests.conftest import PG_URL, Harness, simple_message
+from tests.test_smtp import RawSmtp
 
 
 def database(harness: Harness) -> Database:
@@ -194,3 +195,38 @@ def test_sqlite_template_has_shared_sources(sqlite_template: Path) -> None:
     with sqlite3.connect(sqlite_template) as conn:
         columns = {r[1] for r in conn.execute("PRAGMA table_info(message_sources)")}
     assert columns == {"id", "raw", "refs"}
+
+
+async def test_one_full_mailbox_refuses_the_message_for_all_and_charges_none(make_settings: Any, clock: Any) -> None:
+    """SMTP has one reply to DATA: when one recipient's mailbox is full, no copy is stored and no
+    mailbox is charged (on PostgreSQL the charge and the inserts are one statement)."""
+    from inboxd.app import Inboxd
+
+    async with Inboxd(make_settings(pro_mailbox_quota=3000), clock=clock) as server:
+        import httpx
+
+        auth = {"Authorization": f"Bearer {server.bootstrap_token}"}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}", headers=auth) as http:
+            boxes = [
+                (
+                    await http.post("/api/accounts", json={"address": f"{n}@inboxd.localhost", "password": "secret123"})
+                ).json()
+                for n in ("roomy", "cramped")
+            ]
+            from tests.conftest import send_mail
+
+            await asyncio.to_thread(send_mail, server.smtp_port, boxes[1]["address"], simple_message(body="y" * 2000))
+            before = [(await http.get(f"/api/accounts/{b['id']}")).json()["used"] for b in boxes]
+            client = await RawSmtp.connect(server.smtp_port)  # no SIZE: refused at the end of DATA
+            await client.cmd("EHLO c")
+            await client.cmd("MAIL FROM:<a@example.org>")
+            for box in boxes:
+                assert (await client.cmd(f"RCPT TO:<{box['address']}>")).startswith("250")
+            await client.cmd("DATA")
+            body = simple_message(body="z" * 2000).as_bytes().replace(b"\n", b"\r\n")
+            assert (await client.cmd(body + b"\r\n.\r\n")).startswith("552 5.2.2")
+            await client.close()
+            after = [(await http.get(f"/api/accounts/{b['id']}")).json()["used"] for b in boxes]
+            counts = [len((await http.get(f"/api/accounts/{b['id']}/messages")).json()["messages"]) for b in boxes]
+    assert after == before and before[0] == 0
+    assert counts == [0, 1]

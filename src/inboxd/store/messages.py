@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from inboxd.model import NO_FILTER, MessageFilter, MessageSummary
 from inboxd.store import search
+from inboxd.store import webhooks as webhook_store
 from inboxd.store.db import Row, Tx
 
 COLUMNS = "id, mailbox_id, sender, from_header, subject, preview_text, size, is_read, created_at, expires_at"
@@ -60,6 +61,68 @@ async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
             for m in items
         ],
     )
+
+
+# PostgreSQL's ingest in one statement (one round trip instead of four): charge each mailbox,
+# insert the sources and the copies, and read the webhooks that fire. Data-modifying CTEs all run
+# whether or not the final SELECT reads them; it returns one row at least, each with the count of
+# mailboxes charged.
+_INSERT_CHARGED = f"""
+WITH charged AS (
+    UPDATE mailboxes AS b SET used = b.used + x.size
+    FROM unnest(CAST(? AS text[]), CAST(? AS bigint[])) AS x(id, size)
+    WHERE b.id = x.id AND b.used + x.size <= b.quota
+    RETURNING b.id
+), sources AS (
+    INSERT INTO message_sources (id, raw, refs)
+    SELECT * FROM unnest(CAST(? AS text[]), CAST(? AS bytea[]), CAST(? AS integer[]))
+), copies AS (
+    INSERT INTO messages ({COLUMNS}, source_id, envelope)
+    SELECT x.id, x.mailbox_id, x.sender, x.from_header, x.subject, x.preview_text, x.size, 0,
+           x.created_at, x.expires_at, x.source_id, x.envelope
+    FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]),
+                CAST(? AS text[]), CAST(? AS text[]), CAST(? AS bigint[]), CAST(? AS float8[]),
+                CAST(? AS float8[]), CAST(? AS text[]), CAST(? AS text[]))
+         AS x(id, mailbox_id, sender, from_header, subject, preview_text, size, created_at,
+              expires_at, source_id, envelope)
+), hooks AS ({webhook_store.ACTIVE_FOR_USERS.format(users="= ANY(CAST(? AS text[]))")})
+SELECT (SELECT count(*) FROM charged) AS charged, hooks.id, hooks.user_id, hooks.events
+FROM (SELECT 1) AS one LEFT JOIN hooks ON true
+"""
+
+
+async def insert_charged(tx: Tx, items: Sequence[NewMessage], *, hook_users: Sequence[str]) -> list[Row] | None:
+    """PostgreSQL: `charge` and `insert_many` for every item, and `webhooks.ACTIVE_FOR_USERS` of
+    `hook_users`, in one statement; None (the caller rolls back) when a mailbox is full."""
+    sizes: dict[str, int] = {}
+    refs: dict[str, int] = {}
+    raws: dict[str, bytes] = {}
+    for m in items:
+        sizes[m.summary.mailbox_id] = sizes.get(m.summary.mailbox_id, 0) + m.summary.size
+        refs[m.source_id] = refs.get(m.source_id, 0) + 1
+        raws.setdefault(m.source_id, m.raw_compressed)
+    copies = [m.summary for m in items]
+    rows = await tx.fetch(
+        _INSERT_CHARGED,
+        list(sizes),
+        list(sizes.values()),
+        list(refs),
+        [raws[s] for s in refs],
+        list(refs.values()),
+        [c.id for c in copies],
+        [c.mailbox_id for c in copies],
+        [c.sender for c in copies],
+        [c.from_ for c in copies],
+        [c.subject for c in copies],
+        [c.preview_text for c in copies],
+        [c.size for c in copies],
+        [c.created_at for c in copies],
+        [c.expires_at for c in copies],
+        [m.source_id for m in items],
+        [m.envelope for m in items],
+        list(hook_users),
+    )
+    return rows if rows[0]["charged"] == len(sizes) else None
 
 
 async def charge(tx: Tx, mailbox_id: str, size: int) -> bool:

@@ -228,8 +228,40 @@ async def mark_unindexable(tx: Tx, message_ids: Sequence[str]) -> None:
     await tx.executemany("UPDATE messages SET indexed = 1 WHERE id = ?", [(i,) for i in message_ids])
 
 
+# PostgreSQL's `save` of a batch in one statement: the flag update claims the messages, and only
+# the claimed get a row. Terms are words (letters and digits), so a space joins them safely.
+_SAVE_POSTGRES = """
+WITH claimed AS (
+    UPDATE messages SET indexed = 1
+    WHERE id = ANY(CAST(? AS text[])) AND indexed = 0 AND deleted = 0
+    RETURNING id
+)
+INSERT INTO message_search (message_id, mailbox_id, recipients, has_attachments, terms)
+SELECT d.message_id, d.mailbox_id, d.recipients, d.has_attachments,
+       array_to_tsvector(string_to_array(d.terms, ' '))
+FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS smallint[]), CAST(? AS text[]))
+     AS d(message_id, mailbox_id, recipients, has_attachments, terms)
+JOIN claimed ON claimed.id = d.message_id
+RETURNING mailbox_id
+"""
+
+
 async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
     """Write the rows of messages still live and not yet indexed; returns their mailbox ids."""
+    if tx.dialect == "postgresql":
+        if not docs:
+            return []
+        ids = [d.message_id for d in docs]
+        rows = await tx.fetch(
+            _SAVE_POSTGRES,
+            ids,
+            ids,
+            [d.mailbox_id for d in docs],
+            [d.recipients for d in docs],
+            [1 if d.has_attachments else 0 for d in docs],
+            [" ".join([mailbox_term(d.mailbox_id), *d.terms]) for d in docs],
+        )
+        return [r[0] for r in rows]
     done: list[str] = []
     for doc in docs:
         # The flag update is the claim: another process's indexer, or a delete that got here
@@ -238,32 +270,20 @@ async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
             "UPDATE messages SET indexed = 1 WHERE id = ? AND indexed = 0 AND deleted = 0", doc.message_id
         ):
             continue
-        attachments = 1 if doc.has_attachments else 0
         terms = [mailbox_term(doc.mailbox_id), *doc.terms]
-        if tx.dialect == "postgresql":
-            await tx.execute(
-                "INSERT INTO message_search (message_id, mailbox_id, recipients, has_attachments, terms) "
-                "VALUES (?, ?, ?, ?, array_to_tsvector(CAST(? AS text[])))",
-                doc.message_id,
-                doc.mailbox_id,
-                doc.recipients,
-                attachments,
-                terms,
-            )
-        else:
-            doc_id = doc_id_base(doc.created_at)
-            while await tx.fetchval("SELECT 1 FROM message_search WHERE doc_id = ?", doc_id):
-                doc_id += 1  # copies stored in the same microsecond
-            await tx.execute(
-                "INSERT INTO message_search (doc_id, message_id, mailbox_id, recipients, has_attachments) "
-                "VALUES (?, ?, ?, ?, ?)",
-                doc_id,
-                doc.message_id,
-                doc.mailbox_id,
-                doc.recipients,
-                attachments,
-            )
-            await tx.execute("INSERT INTO message_fts (rowid, terms) VALUES (?, ?)", doc_id, " ".join(terms))
+        doc_id = doc_id_base(doc.created_at)
+        while await tx.fetchval("SELECT 1 FROM message_search WHERE doc_id = ?", doc_id):
+            doc_id += 1  # copies stored in the same microsecond
+        await tx.execute(
+            "INSERT INTO message_search (doc_id, message_id, mailbox_id, recipients, has_attachments) "
+            "VALUES (?, ?, ?, ?, ?)",
+            doc_id,
+            doc.message_id,
+            doc.mailbox_id,
+            doc.recipients,
+            1 if doc.has_attachments else 0,
+        )
+        await tx.execute("INSERT INTO message_fts (rowid, terms) VALUES (?, ?)", doc_id, " ".join(terms))
         done.append(doc.mailbox_id)
     return done
 

@@ -30,15 +30,24 @@ async def active_ids_for_users(tx: Tx, user_ids: Sequence[str], event_type: str)
     if not user_ids:
         return {}
     marks = ", ".join("?" for _ in user_ids)
-    rows = await tx.fetch(
-        f"SELECT w.id, w.user_id, w.events FROM webhooks w JOIN users u ON u.id = w.user_id "
-        f"WHERE w.status = 'active' AND u.plan = 'pro' AND u.status = 'active' AND w.user_id IN ({marks})",
-        *user_ids,
-    )
+    rows = await tx.fetch(ACTIVE_FOR_USERS.format(users=f"IN ({marks})"), *user_ids)
+    return subscribed(rows, event_type)
+
+
+# The webhooks that fire for the users named by `{users}` (a condition on `w.user_id`): id,
+# user_id, events. Also a part of PostgreSQL's one-statement ingest (`messages.insert_charged`).
+ACTIVE_FOR_USERS = (
+    "SELECT w.id, w.user_id, w.events FROM webhooks w JOIN users u ON u.id = w.user_id "
+    "WHERE w.status = 'active' AND u.plan = 'pro' AND u.status = 'active' AND w.user_id {users}"
+)
+
+
+def subscribed(rows: Sequence[Row], event_type: str) -> dict[str, list[str]]:
+    """Rows of `ACTIVE_FOR_USERS` subscribed to `event_type`: their ids by user."""
     found: dict[str, list[str]] = {}
     quoted = f'"{event_type}"'
     for row in rows:
-        if quoted in row["events"]:
+        if row["id"] is not None and quoted in row["events"]:
             found.setdefault(row["user_id"], []).append(row["id"])
     return found
 
