@@ -73,11 +73,14 @@ def _sqlite_path(url: str) -> Path | None:
 
 def dump_sqlite_head(conn: sqlite3.Connection) -> str:
     """The script that builds the schema of `conn` (a database migrated to head) in a new file:
-    its tables, indexes, triggers and virtual tables in creation order, and its revision."""
+    its tables, then indexes, triggers and views, each kind by name (Alembic's table copies
+    recreate indexes in no fixed order), and its revision."""
     shadow = {row[1] for row in conn.execute("PRAGMA table_list") if row[2] == "shadow"}
     (revision,) = conn.execute("SELECT version_num FROM alembic_version").fetchone()
     lines = [f"{_HEAD_MARK}{revision}"]
-    for name, sql in conn.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid"):
+    kinds = {"table": 0, "index": 1, "trigger": 2, "view": 3}
+    rows = conn.execute("SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall()
+    for _kind, name, sql in sorted(rows, key=lambda r: (kinds.get(r[0], 4), r[1])):
         if name not in shadow and not name.startswith("sqlite_"):
             lines.append(f"{sql};")
     lines.append(f"INSERT INTO alembic_version (version_num) VALUES ('{revision}');")

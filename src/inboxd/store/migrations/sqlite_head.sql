@@ -3,10 +3,94 @@ CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
 );
+CREATE TABLE api_tokens (
+	id TEXT NOT NULL, 
+	user_id TEXT NOT NULL, 
+	name TEXT NOT NULL, 
+	token_hash TEXT NOT NULL, 
+	created_at DOUBLE NOT NULL, 
+	last_used_at DOUBLE, 
+	revoked_at DOUBLE, prefix TEXT, 
+	PRIMARY KEY (id), 
+	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE, 
+	UNIQUE (token_hash)
+);
+CREATE TABLE custom_domains (
+	id TEXT NOT NULL, 
+	user_id TEXT NOT NULL, 
+	domain TEXT NOT NULL, 
+	verify_token TEXT NOT NULL, 
+	verify_status TEXT NOT NULL, 
+	verified_at DOUBLE, 
+	mx_configured SMALLINT DEFAULT '0' NOT NULL, 
+	created_at DOUBLE NOT NULL, 
+	PRIMARY KEY (id), 
+	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE, 
+	UNIQUE (domain)
+);
+CREATE TABLE identities (
+	provider TEXT NOT NULL, 
+	subject TEXT NOT NULL, 
+	user_id TEXT NOT NULL, 
+	email TEXT NOT NULL, 
+	created_at DOUBLE NOT NULL, 
+	last_sign_in_at DOUBLE NOT NULL, 
+	PRIMARY KEY (provider, subject), 
+	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE
+);
+CREATE TABLE mailboxes (
+	id TEXT NOT NULL, 
+	user_id TEXT NOT NULL, 
+	token_id TEXT, 
+	address TEXT NOT NULL, 
+	domain_id TEXT, 
+	auth_hash TEXT NOT NULL, 
+	password_gen INTEGER DEFAULT '0' NOT NULL, 
+	quota BIGINT NOT NULL, 
+	used BIGINT DEFAULT '0' NOT NULL, 
+	created_at DOUBLE NOT NULL, kind TEXT DEFAULT 'mailbox' NOT NULL, 
+	PRIMARY KEY (id), 
+	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE, 
+	UNIQUE (address)
+);
 CREATE TABLE message_details (
 	message_id TEXT NOT NULL, 
 	detail TEXT NOT NULL, 
 	PRIMARY KEY (message_id)
+);
+CREATE VIRTUAL TABLE message_fts USING fts5(terms, tokenize = 'unicode61 remove_diacritics 0');
+CREATE TABLE message_search (
+	doc_id INTEGER NOT NULL, 
+	message_id TEXT NOT NULL, 
+	mailbox_id TEXT NOT NULL, 
+	recipients TEXT NOT NULL, 
+	has_attachments SMALLINT NOT NULL, 
+	terms TEXT, 
+	PRIMARY KEY (doc_id), 
+	UNIQUE (message_id)
+);
+CREATE TABLE "message_sources" (
+	id TEXT NOT NULL, 
+	raw BLOB NOT NULL, 
+	refs INTEGER DEFAULT '1' NOT NULL, 
+	PRIMARY KEY (id)
+);
+CREATE TABLE "messages" (
+	id TEXT NOT NULL, 
+	mailbox_id TEXT NOT NULL, 
+	sender TEXT NOT NULL, 
+	from_header TEXT NOT NULL, 
+	subject TEXT NOT NULL, 
+	preview_text TEXT NOT NULL, 
+	size BIGINT NOT NULL, 
+	is_read SMALLINT DEFAULT '0' NOT NULL, 
+	deleted SMALLINT DEFAULT '0' NOT NULL, 
+	expired SMALLINT DEFAULT '0' NOT NULL, 
+	created_at DOUBLE NOT NULL, 
+	expires_at DOUBLE NOT NULL, 
+	"indexed" SMALLINT DEFAULT '0' NOT NULL, 
+	source_id TEXT NOT NULL, envelope TEXT, 
+	PRIMARY KEY (id)
 );
 CREATE TABLE meta (
 	"key" TEXT NOT NULL, 
@@ -18,6 +102,36 @@ CREATE TABLE ops_usage (
 	month TEXT NOT NULL, 
 	count BIGINT DEFAULT '0' NOT NULL, 
 	PRIMARY KEY (user_id, month)
+);
+CREATE TABLE sandboxes (
+	user_id TEXT NOT NULL, 
+	username TEXT NOT NULL, 
+	mailbox_id TEXT NOT NULL, 
+	created_at DOUBLE NOT NULL, 
+	PRIMARY KEY (user_id), 
+	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE, 
+	UNIQUE (username), 
+	UNIQUE (mailbox_id)
+);
+CREATE TABLE sessions (
+	id TEXT NOT NULL, 
+	user_id TEXT, 
+	csrf_token TEXT NOT NULL, 
+	data TEXT DEFAULT '{}' NOT NULL, 
+	created_at DOUBLE NOT NULL, 
+	last_seen_at DOUBLE NOT NULL, 
+	expires_at DOUBLE NOT NULL, 
+	PRIMARY KEY (id), 
+	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE
+);
+CREATE TABLE sign_in_links (
+	id TEXT NOT NULL, 
+	user_id TEXT NOT NULL, 
+	created_at DOUBLE NOT NULL, 
+	expires_at DOUBLE NOT NULL, 
+	used_at DOUBLE, 
+	PRIMARY KEY (id), 
+	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE
 );
 CREATE TABLE users (
 	id TEXT NOT NULL, 
@@ -41,7 +155,6 @@ CREATE TABLE webhook_deliveries (
 	created_at DOUBLE NOT NULL, 
 	PRIMARY KEY (id)
 );
-CREATE INDEX ix_webhook_deliveries_webhook ON webhook_deliveries (webhook_id, created_at);
 CREATE TABLE webhook_jobs (
 	id TEXT NOT NULL, 
 	webhook_id TEXT NOT NULL, 
@@ -54,52 +167,6 @@ CREATE TABLE webhook_jobs (
 	claimed_until DOUBLE DEFAULT '0' NOT NULL, 
 	PRIMARY KEY (id)
 );
-CREATE INDEX ix_webhook_jobs_due ON webhook_jobs (due_at);
-CREATE INDEX ix_webhook_jobs_webhook ON webhook_jobs (webhook_id);
-CREATE TABLE api_tokens (
-	id TEXT NOT NULL, 
-	user_id TEXT NOT NULL, 
-	name TEXT NOT NULL, 
-	token_hash TEXT NOT NULL, 
-	created_at DOUBLE NOT NULL, 
-	last_used_at DOUBLE, 
-	revoked_at DOUBLE, prefix TEXT, 
-	PRIMARY KEY (id), 
-	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE, 
-	UNIQUE (token_hash)
-);
-CREATE INDEX ix_api_tokens_user ON api_tokens (user_id, created_at);
-CREATE TABLE custom_domains (
-	id TEXT NOT NULL, 
-	user_id TEXT NOT NULL, 
-	domain TEXT NOT NULL, 
-	verify_token TEXT NOT NULL, 
-	verify_status TEXT NOT NULL, 
-	verified_at DOUBLE, 
-	mx_configured SMALLINT DEFAULT '0' NOT NULL, 
-	created_at DOUBLE NOT NULL, 
-	PRIMARY KEY (id), 
-	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE, 
-	UNIQUE (domain)
-);
-CREATE INDEX ix_custom_domains_user ON custom_domains (user_id, created_at);
-CREATE TABLE mailboxes (
-	id TEXT NOT NULL, 
-	user_id TEXT NOT NULL, 
-	token_id TEXT, 
-	address TEXT NOT NULL, 
-	domain_id TEXT, 
-	auth_hash TEXT NOT NULL, 
-	password_gen INTEGER DEFAULT '0' NOT NULL, 
-	quota BIGINT NOT NULL, 
-	used BIGINT DEFAULT '0' NOT NULL, 
-	created_at DOUBLE NOT NULL, kind TEXT DEFAULT 'mailbox' NOT NULL, 
-	PRIMARY KEY (id), 
-	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE, 
-	UNIQUE (address)
-);
-CREATE INDEX ix_mailboxes_token ON mailboxes (token_id);
-CREATE INDEX ix_mailboxes_user ON mailboxes (user_id, created_at);
 CREATE TABLE webhooks (
 	id TEXT NOT NULL, 
 	user_id TEXT NOT NULL, 
@@ -113,89 +180,22 @@ CREATE TABLE webhooks (
 	PRIMARY KEY (id), 
 	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE
 );
-CREATE INDEX ix_webhooks_user ON webhooks (user_id, created_at);
-CREATE TABLE message_search (
-	doc_id INTEGER NOT NULL, 
-	message_id TEXT NOT NULL, 
-	mailbox_id TEXT NOT NULL, 
-	recipients TEXT NOT NULL, 
-	has_attachments SMALLINT NOT NULL, 
-	terms TEXT, 
-	PRIMARY KEY (doc_id), 
-	UNIQUE (message_id)
-);
+CREATE INDEX ix_api_tokens_user ON api_tokens (user_id, created_at);
+CREATE INDEX ix_custom_domains_user ON custom_domains (user_id, created_at);
+CREATE INDEX ix_identities_user ON identities (user_id);
+CREATE INDEX ix_mailboxes_token ON mailboxes (token_id);
+CREATE INDEX ix_mailboxes_user ON mailboxes (user_id, created_at);
 CREATE INDEX ix_message_search_mailbox ON message_search (mailbox_id);
-CREATE VIRTUAL TABLE message_fts USING fts5(terms, tokenize = 'unicode61 remove_diacritics 0');
-CREATE TABLE "messages" (
-	id TEXT NOT NULL, 
-	mailbox_id TEXT NOT NULL, 
-	sender TEXT NOT NULL, 
-	from_header TEXT NOT NULL, 
-	subject TEXT NOT NULL, 
-	preview_text TEXT NOT NULL, 
-	size BIGINT NOT NULL, 
-	is_read SMALLINT DEFAULT '0' NOT NULL, 
-	deleted SMALLINT DEFAULT '0' NOT NULL, 
-	expired SMALLINT DEFAULT '0' NOT NULL, 
-	created_at DOUBLE NOT NULL, 
-	expires_at DOUBLE NOT NULL, 
-	"indexed" SMALLINT DEFAULT '0' NOT NULL, 
-	source_id TEXT NOT NULL, envelope TEXT, 
-	PRIMARY KEY (id)
-);
-CREATE INDEX ix_messages_unindexed ON messages (created_at) WHERE indexed = 0;
+CREATE INDEX ix_messages_deleted ON messages (deleted, id) WHERE deleted = 1;
+CREATE INDEX ix_messages_due ON messages (mailbox_id, expired, expires_at);
 CREATE INDEX ix_messages_expiry ON messages (expired, expires_at);
 CREATE INDEX ix_messages_list ON messages (mailbox_id, deleted, created_at, id);
-CREATE INDEX ix_messages_deleted ON messages (deleted, id) WHERE deleted = 1;
-CREATE TABLE "message_sources" (
-	id TEXT NOT NULL, 
-	raw BLOB NOT NULL, 
-	refs INTEGER DEFAULT '1' NOT NULL, 
-	PRIMARY KEY (id)
-);
-CREATE TABLE sandboxes (
-	user_id TEXT NOT NULL, 
-	username TEXT NOT NULL, 
-	mailbox_id TEXT NOT NULL, 
-	created_at DOUBLE NOT NULL, 
-	PRIMARY KEY (user_id), 
-	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE, 
-	UNIQUE (username), 
-	UNIQUE (mailbox_id)
-);
-CREATE TABLE sessions (
-	id TEXT NOT NULL, 
-	user_id TEXT, 
-	csrf_token TEXT NOT NULL, 
-	data TEXT DEFAULT '{}' NOT NULL, 
-	created_at DOUBLE NOT NULL, 
-	last_seen_at DOUBLE NOT NULL, 
-	expires_at DOUBLE NOT NULL, 
-	PRIMARY KEY (id), 
-	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE
-);
-CREATE INDEX ix_sessions_user ON sessions (user_id);
+CREATE INDEX ix_messages_unindexed ON messages (created_at) WHERE indexed = 0;
 CREATE INDEX ix_sessions_expiry ON sessions (expires_at);
-CREATE TABLE sign_in_links (
-	id TEXT NOT NULL, 
-	user_id TEXT NOT NULL, 
-	created_at DOUBLE NOT NULL, 
-	expires_at DOUBLE NOT NULL, 
-	used_at DOUBLE, 
-	PRIMARY KEY (id), 
-	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE
-);
+CREATE INDEX ix_sessions_user ON sessions (user_id);
 CREATE INDEX ix_sign_in_links_user ON sign_in_links (user_id);
-CREATE TABLE identities (
-	provider TEXT NOT NULL, 
-	subject TEXT NOT NULL, 
-	user_id TEXT NOT NULL, 
-	email TEXT NOT NULL, 
-	created_at DOUBLE NOT NULL, 
-	last_sign_in_at DOUBLE NOT NULL, 
-	PRIMARY KEY (provider, subject), 
-	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE
-);
-CREATE INDEX ix_identities_user ON identities (user_id);
-CREATE INDEX ix_messages_due ON messages (mailbox_id, expired, expires_at);
+CREATE INDEX ix_webhook_deliveries_webhook ON webhook_deliveries (webhook_id, created_at);
+CREATE INDEX ix_webhook_jobs_due ON webhook_jobs (due_at);
+CREATE INDEX ix_webhook_jobs_webhook ON webhook_jobs (webhook_id);
+CREATE INDEX ix_webhooks_user ON webhooks (user_id, created_at);
 INSERT INTO alembic_version (version_num) VALUES ('0007');
