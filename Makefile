@@ -47,8 +47,12 @@ $(IDP_STAMP): tests/idp/package.json tests/idp/package-lock.json
 	npm ci --prefix tests/idp --no-audit --no-fund --loglevel=error
 	touch $@
 
+# Most tests wait on sockets, processes and browsers more than they compute, so two workers
+# halve the wall time on two cores; the tests with bounds on time or memory (marked `alone`)
+# then run by themselves, as their bounds assume.
 pytest: $(TEST_STAMP) $(IDP_STAMP) services $(CHROMIUM)
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 -m "not alone"
+	$(BIN)/pytest -m alone
 
 test: lint typecheck pytest
 

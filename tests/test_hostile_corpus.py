@@ -17,6 +17,9 @@ import pytest
 
 from tests.conftest import Harness
 
+# Bounds on time and memory: run after the parallel part of the suite, alone (Makefile).
+pytestmark = pytest.mark.alone
+
 HEAD = b"From: a@example.org\r\nTo: b@example.com\r\nSubject: hostile\r\nMIME-Version: 1.0\r\n"
 
 

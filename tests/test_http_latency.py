@@ -16,6 +16,9 @@ from inboxd.app import Inboxd
 from inboxd.config import Settings
 from tests.conftest import Harness
 
+# Bounds on time and memory: run after the parallel part of the suite, alone (Makefile).
+pytestmark = pytest.mark.alone
+
 
 def _timed_requests(port: int, count: int) -> list[float]:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:

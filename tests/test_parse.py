@@ -11,6 +11,8 @@ from email import policy
 from email.message import EmailMessage
 from typing import Any
 
+import pytest
+
 from inboxd.mail.parse import (
     ParsedAttachment,
     ParsedMessage,
@@ -473,6 +475,7 @@ def test_html_to_text_malformed_markup() -> None:
     assert html_to_text("fish &amp") == "fish &"
 
 
+@pytest.mark.alone
 def test_html_to_text_hostile_markup_is_fast() -> None:
     for unit in ("<!--", "<", "<a ", "<![", "&#1", "<a b='"):
         started = time.perf_counter()
@@ -632,6 +635,7 @@ def _best_of(function: Any, raw: bytes, *, rounds: int = 40, batches: int = 5) -
     return best
 
 
+@pytest.mark.alone
 def test_walker_is_faster_than_the_stdlib_parser() -> None:
     """The reason the hand-written walker exists (see mail/parse.py): it must stay well ahead of
     `BytesParser`, measured side by side on the same message; figures in docs/performance.md."""

@@ -26,6 +26,9 @@ from inboxd.app import Inboxd
 from tests.conftest import send_mail
 from tests.serverproc import ServerProcess
 
+# Bounds on time and memory: run after the parallel part of the suite, alone (Makefile).
+pytestmark = pytest.mark.alone
+
 # The SMTP engine is the same on either store; the in-process tests run on SQLite.
 sqlite = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
@@ -286,6 +289,7 @@ async def test_big_messages_cost_a_bounded_number_of_copies_in_memory(child: Any
 _SENDER = """
 import sys
 from tests.test_smtp_hardening import big_message, send_stuffed
+
 port, to, count = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 messages = [big_message(24 << 20, seed) for seed in range(count)]
 print("ready", flush=True)

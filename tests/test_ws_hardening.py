@@ -18,7 +18,7 @@ from inboxd.model import NewMailEvent
 from tests.conftest import Clock, send_mail
 from tests.wsclient import RawClient, authed
 
-pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+pytestmark = [pytest.mark.parametrize("backend", ["sqlite"], indirect=True), pytest.mark.alone]
 
 
 async def new_mailbox(server: Inboxd, local: str) -> dict[str, Any]:
