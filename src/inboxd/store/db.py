@@ -162,6 +162,18 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
         raise sqlite3.OperationalError(f"cannot switch the database to WAL (journal mode is {mode})")
 
 
+def _read_on(conn: sqlite3.Connection, work: Work[T]) -> T:
+    """`work` in one read transaction, so a multi-statement read sees one snapshot."""
+    try:
+        conn.execute("BEGIN")
+        try:
+            return run_sync(work(_SqliteTx(conn)))
+        finally:
+            conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise _sqlite_error(exc) from exc
+
+
 @dataclass
 class _Job:
     work: Work[Any]
@@ -220,16 +232,7 @@ class SqliteDatabase:
         if self._reader is None:
             self._reader = _sqlite_connect(self._path)
             self._reader.execute("PRAGMA query_only=ON")
-        conn = self._reader
-        try:
-            # One read transaction, so a multi-statement read sees one snapshot.
-            conn.execute("BEGIN")
-            try:
-                return run_sync(work(_SqliteTx(conn)))
-            finally:
-                conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise _sqlite_error(exc) from exc
+        return _read_on(self._reader, work)
 
     async def read_large(self, work: Work[T]) -> T:
         """Run a read in a thread, on a connection of its own: stepping through megabytes of blob
@@ -245,11 +248,7 @@ class SqliteDatabase:
             raise _sqlite_error(exc) from exc
         try:
             conn.execute("PRAGMA query_only=ON")
-            conn.execute("BEGIN")
-            try:
-                return run_sync(work(_SqliteTx(conn)))
-            finally:
-                conn.execute("COMMIT")
+            return _read_on(conn, work)
         except sqlite3.Error as exc:
             raise _sqlite_error(exc) from exc
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from inboxd.model import Mailbox
+from inboxd.store import messages as message_store
 from inboxd.store import search
 from inboxd.store.db import Row, Tx
 from inboxd.store.messages import release_sources
@@ -126,8 +127,7 @@ async def recipient(tx: Tx, address: str, *, now: float) -> RecipientRow | None:
     row = await tx.fetchrow(
         "SELECT m.id, m.user_id, m.token_id, m.address, m.domain_id, m.quota, m.used, m.password_gen, "
         "m.created_at, u.plan, u.status AS user_status, d.verify_status, "
-        "(SELECT COALESCE(SUM(x.size), 0) FROM messages x WHERE x.mailbox_id = m.id AND x.expired = 0 "
-        "AND x.expires_at <= ? AND x.deleted = 0) AS due "
+        f"(SELECT COALESCE(SUM(x.size), 0) FROM messages x WHERE x.mailbox_id = m.id AND {message_store.DUE}) AS due "
         "FROM mailboxes m JOIN users u ON u.id = m.user_id "
         "LEFT JOIN custom_domains d ON d.id = m.domain_id WHERE m.address = ? AND m.kind = 'mailbox'",
         now,

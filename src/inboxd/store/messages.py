@@ -246,6 +246,11 @@ PURGE_DELETED = "SELECT id FROM messages WHERE deleted = 1 LIMIT ?"
 PURGE_EXPIRED = "SELECT id, source_id FROM messages WHERE expired = 1 AND expires_at <= ? AND deleted = 0 LIMIT ?"
 
 
+# A message past its expiry that the sweep has not yet taken out of `used` (one `?`: now): its
+# bytes count as free already (ix_messages_due). Here and in `mailboxes.recipient`.
+DUE = "expired = 0 AND expires_at <= ? AND deleted = 0"
+
+
 async def due_sizes(tx: Tx, mailbox_ids: Sequence[str], *, now: float) -> dict[str, int]:
     """Bytes per mailbox of messages past their expiry that the sweep has not yet taken out of
     `used` (ix_messages_due): `used` minus these is the mailbox's usage at `now`."""
@@ -253,8 +258,7 @@ async def due_sizes(tx: Tx, mailbox_ids: Sequence[str], *, now: float) -> dict[s
         return {}
     marks = ", ".join("?" for _ in mailbox_ids)
     rows = await tx.fetch(
-        f"SELECT mailbox_id, SUM(size) FROM messages WHERE mailbox_id IN ({marks}) AND expired = 0 "
-        "AND expires_at <= ? AND deleted = 0 GROUP BY mailbox_id",
+        f"SELECT mailbox_id, SUM(size) FROM messages WHERE mailbox_id IN ({marks}) AND {DUE} GROUP BY mailbox_id",
         *mailbox_ids,
         now,
     )
