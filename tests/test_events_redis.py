@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import shutil
+import smtplib
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -35,6 +36,8 @@ async def two_processes(make_settings: Any, tmp_path: Path) -> AsyncIterator[tup
         "INBOXD_REDIS_PREFIX": settings.redis_prefix,
         # Two data directories: the processes share the key through the environment instead.
         "INBOXD_SECRET_KEY": "shared-" + settings.redis_prefix,
+        # RCPT answers kept for an hour: a change seen by the other process came over the bus.
+        "INBOXD_RECIPIENT_CACHE_TTL": "3600",
     }
     first = await ServerProcess.start(tmp_path / "a", **env)
     try:
@@ -92,6 +95,23 @@ async def test_mail_accepted_by_one_process_reaches_a_socket_on_the_other(make_s
                 assert reset.status_code == 200
                 assert await refused(on_b) == ({"error": "invalid_token"}, 1008)
                 assert await refused(on_a) == ({"error": "invalid_token"}, 1008)
+            # A mailbox deleted through one process is refused at RCPT by the other, whose
+            # recipient cache had just accepted mail for it.
+            assert await asyncio.to_thread(send_mail, b.smtp_port, box["address"]) == {}
+            deleted = await http.delete(
+                f"/api/accounts/{box['id']}", headers={"Authorization": f"Bearer {a.bootstrap_token}"}
+            )
+            assert deleted.status_code == 204
+            async with asyncio.timeout(10):  # the announcement crosses Redis asynchronously
+                while True:
+                    try:
+                        await asyncio.to_thread(send_mail, b.smtp_port, box["address"])
+                    except smtplib.SMTPRecipientsRefused as exc:
+                        assert exc.recipients[box["address"]][0] == 550
+                        break
+                    except smtplib.SMTPDataError as exc:  # not announced yet: the commit refused it
+                        assert exc.smtp_code == 552
+                    await asyncio.sleep(0.05)
 
 
 def free_port() -> int:

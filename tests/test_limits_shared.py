@@ -22,6 +22,7 @@ import pytest
 
 from inboxd.app import Inboxd, open_database
 from inboxd.config import Settings
+from inboxd.events import LocalBus
 from inboxd.services.limits import month_of
 from inboxd.services.users import UserService
 from inboxd.store import ops_usage
@@ -37,7 +38,7 @@ async def make_users(settings: Settings) -> tuple[str, str, str]:
     """A free and a Pro user with a token each, made before any server starts (so none bootstraps)."""
     db = await open_database(settings)
     try:
-        users = UserService(db, clock=Clock())
+        users = UserService(db, clock=Clock(), bus=LocalBus())
         free = await users.create_user(f"f{uuid.uuid4().hex[:6]}@example.test", plan="free")
         pro = await users.create_user(f"p{uuid.uuid4().hex[:6]}@example.test", plan="pro")
         return pro.id, (await users.create_token(free, "t")).value, (await users.create_token(pro, "t")).value

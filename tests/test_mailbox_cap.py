@@ -14,6 +14,7 @@ import pytest
 
 from inboxd.app import open_database
 from inboxd.config import Settings
+from inboxd.events import LocalBus
 from inboxd.services.users import UserService
 from tests.serverproc import ServerProcess
 
@@ -35,7 +36,7 @@ async def test_cap_holds_across_two_processes(make_settings: Any, tmp_path: Path
     try:
         db = await open_database(settings)
         try:
-            users = UserService(db, clock=time.time)
+            users = UserService(db, clock=time.time, bus=LocalBus())
             user = await users.create_user(f"cap-{uuid.uuid4().hex[:6]}@example.test", plan="free")
             token = (await users.create_token(user, "cap")).value
         finally:

@@ -266,7 +266,7 @@ class Inboxd:
         return Services(
             settings=settings,
             clock=clock,
-            users=UserService(db, clock=clock),
+            users=UserService(db, clock=clock, bus=bus),
             mailboxes=mailboxes,
             messages=messages,
             ingest=IngestService(
@@ -280,6 +280,7 @@ class Inboxd:
                 settings=settings,
                 dns=DnsLookup(nameservers=settings.dns_nameservers, timeout=settings.dns_timeout),
                 clock=clock,
+                bus=bus,
             ),
             profiles=ProfileService(db, settings=settings),
             webhooks=WebhookService(db, settings=settings, clock=clock, keyring=self.keyring),

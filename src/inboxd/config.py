@@ -162,6 +162,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     smtp_max_sessions_per_ip: int = 100
     smtp_idle_timeout: float = 300.0
     smtp_write_timeout: float = 60.0
+    # Seconds an RCPT answer is kept in memory to accept mail with (services/recipients.py); 0: off.
+    recipient_cache_ttl: float = 2.0
     # A WebSocket frame still unwritten after this many seconds drops its client.
     ws_write_timeout: float = 30.0
     max_body_size: int = 1024 * 1024

@@ -10,6 +10,9 @@ It also tells waits (`services/waits.py`) when messages of a mailbox entered the
 The bus also carries revocations: a password reset (or a deletion) announces the mailbox's new
 password generation, and every open WebSocket authenticated with an older one closes, in this
 process and, through Redis, in every other.
+
+And it carries `changed`: mailboxes, their owners or their domains changed, so every process drops
+what it cached of them (the recipient cache behind RCPT, `services/recipients.py`).
 """
 
 from __future__ import annotations
@@ -69,6 +72,14 @@ class EventBus(Protocol):
         """Call `listener()` after the bus may have missed revocations (a lost Redis came back)."""
         ...
 
+    async def changed(self) -> None:
+        """Announce (after commit) that mailboxes, users or domains changed: caches of them are void."""
+        ...
+
+    def on_changed(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` on each `changed`, and whenever the bus may have missed one."""
+        ...
+
     async def indexed(self, mailbox_ids: Sequence[str]) -> None:
         """Announce that new messages of these mailboxes entered the search index."""
         ...
@@ -93,12 +104,21 @@ class Fanout:
         self._revoke_listeners: defaultdict[str, set[RevokeListener]] = defaultdict(set)
         self._resync_listeners: list[Callable[[], None]] = []
         self._index_listeners: defaultdict[str, set[Callable[[], None]]] = defaultdict(set)
+        self._changed_listeners: list[Callable[[], None]] = []
 
     def on_resync(self, listener: Callable[[], None]) -> None:
         self._resync_listeners.append(listener)
 
     def resync(self) -> None:
         for listener in self._resync_listeners:
+            listener()
+        self.deliver_changed()  # a `changed` may have been missed as well
+
+    def on_changed(self, listener: Callable[[], None]) -> None:
+        self._changed_listeners.append(listener)
+
+    def deliver_changed(self) -> None:
+        for listener in self._changed_listeners:
             listener()
 
     def listen(self, mailbox_id: str, listener: Listener) -> Callable[[], None]:
@@ -147,6 +167,9 @@ class LocalBus(Fanout):
 
     async def revoke(self, mailbox_id: str, password_gen: int) -> None:
         self.deliver_revoke(mailbox_id, password_gen)
+
+    async def changed(self) -> None:
+        self.deliver_changed()
 
     async def indexed(self, mailbox_ids: Sequence[str]) -> None:
         for mailbox_id in mailbox_ids:

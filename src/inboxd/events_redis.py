@@ -43,6 +43,7 @@ log = logging.getLogger("inboxd.events")
 MAIL = b"m"
 REVOKE = b"r"
 INDEXED = b"i"
+CHANGED = b"c"
 _BATCH = 512
 SLOT_TTL = 90.0
 # Drop expired slots, then take one if fewer than the cap are held: atomic inside Redis.
@@ -108,6 +109,10 @@ class RedisBus(Fanout):
         for mailbox_id in mailbox_ids:
             self.deliver_indexed(mailbox_id)
             self._post(INDEXED, mailbox_id, "-")
+
+    async def changed(self) -> None:
+        self.deliver_changed()
+        self._post(CHANGED, "-", "-")
 
     async def claim_slot(self, mailbox_id: str, cap: int) -> str | None:
         assert self._redis is not None
@@ -216,3 +221,5 @@ class RedisBus(Fanout):
             self.deliver_revoke(mailbox_id, int(payload))
         elif kind == INDEXED:
             self.deliver_indexed(mailbox_id)
+        elif kind == CHANGED:
+            self.deliver_changed()

@@ -21,6 +21,7 @@ import idna
 from inboxd.config import Settings
 from inboxd.dns import DnsLookup
 from inboxd.errors import Conflict, DuplicateKey, Forbidden, Gone, InvalidRequest, NotFound
+from inboxd.events import EventBus
 from inboxd.model import CustomDomain, User
 from inboxd.store import custom_domains as store
 from inboxd.store import users as user_store
@@ -99,8 +100,11 @@ def _within(name: str, parent: str) -> bool:
 
 
 class DomainService:
-    def __init__(self, db: Database, *, settings: Settings, dns: DnsLookup, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, db: Database, *, settings: Settings, dns: DnsLookup, clock: Callable[[], float], bus: EventBus
+    ) -> None:
         self._db = db
+        self._bus = bus
         self._settings = settings
         self._dns = dns
         self._clock = clock
@@ -179,6 +183,7 @@ class DomainService:
     async def delete(self, user: User, domain_id: str) -> None:
         domain = await self._owned(user, domain_id)
         await self._db.write(partial(store.delete, domain_id=domain.id))
+        await self._bus.changed()  # its mailboxes take no more mail
 
 
 def _lapsed(domain: CustomDomain, now: float, window: float) -> bool:

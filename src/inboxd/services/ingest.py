@@ -21,6 +21,7 @@ from inboxd.events import EventBus
 from inboxd.mail.parse import Summary, parse_summary, without_surrogates
 from inboxd.model import Mailbox, MessageSummary, NewMailEvent, iso
 from inboxd.services.rawcodec import compress
+from inboxd.services.recipients import RecipientCache
 from inboxd.store import custom_domains as domain_store
 from inboxd.store import mailboxes as mailbox_store
 from inboxd.store import messages as message_store
@@ -79,6 +80,8 @@ class IngestService:
         self._is_public = public_domains
         self._job_listeners: list[Callable[[], None]] = []
         self._stored_listeners: list[Callable[[Sequence[str]], None]] = []
+        self._recipients = RecipientCache(clock=clock, ttl=settings.recipient_cache_ttl)
+        bus.on_changed(self._recipients.clear)
 
     def on_jobs_queued(self, listener: Callable[[], None]) -> None:
         """Called after a commit that queued webhook jobs (the worker wakes at once)."""
@@ -88,6 +91,14 @@ class IngestService:
         """Called with the new message ids after every commit that stored mail (the search
         indexer of this process indexes them at once)."""
         self._stored_listeners.append(listener)
+
+    def cached(self, address: str, *, declared_size: int | None = None) -> Recipient | None:
+        """The recipient for an RCPT address when the recipient cache accepts it, without waiting;
+        None means ask `resolve` (not cached, or something the cache would refuse)."""
+        row = self._recipients.get(address.strip().lower())
+        if row is None or _refusal(row, declared_size) is not None:
+            return None
+        return Recipient(mailbox=row.mailbox, plan=row.plan)
 
     async def resolve(self, address: str, *, declared_size: int | None = None) -> Recipient:
         """The mailbox for an RCPT address (plus addressing included), or a named refusal."""
@@ -100,18 +111,14 @@ class IngestService:
         if found is None and "+" in local:
             base = f"{local.split('+', 1)[0]}@{domain}"
             found = await self._db.read(partial(mailbox_store.recipient, address=base, now=now))
-        if found is None or not found.domain_live:
-            # A mailbox whose custom domain was deleted is unknown here (5.1.1), not a relay (5.7.1).
-            if found is None and not self._is_public(domain) and not await self._serves(domain):
-                raise MessageRejected(code="relay_denied")
-            raise MessageRejected(code="unknown_recipient")
-        if found.user_status != "active":
-            # A suspended user's mailboxes exist but take no mail until the user is reactivated.
-            raise MessageRejected(code="mailbox_disabled")
-        mailbox = found.mailbox  # expired bytes already free their room, not at the next sweep
-        if mailbox.used >= mailbox.quota or (declared_size and mailbox.used + declared_size > mailbox.quota):
-            raise MessageRejected(code="mailbox_full")
-        return Recipient(mailbox=mailbox, plan=found.plan)
+        if found is None and not self._is_public(domain) and not await self._serves(domain):
+            raise MessageRejected(code="relay_denied")
+        refusal = "unknown_recipient" if found is None else _refusal(found, declared_size)
+        if refusal is not None:
+            raise MessageRejected(code=refusal)
+        assert found is not None
+        self._recipients.put(address, found)
+        return Recipient(mailbox=found.mailbox, plan=found.plan)
 
     async def _serves(self, domain: str) -> bool:
         custom = await self._db.read(partial(domain_store.get_by_name, domain=domain))
@@ -149,6 +156,8 @@ class IngestService:
             _event(c, addresses[c.mailbox_id], r.mailbox.user_id) for c, r in zip(copies, recipients, strict=True)
         ]
         queued = await self._db.write(partial(_store, items=items, events=events, now=now))
+        for recipient in recipients:
+            self._recipients.charge(recipient.mailbox.id, size)
         await self._bus.publish(events)
         ids = [c.id for c in copies]
         for stored in self._stored_listeners:
@@ -172,6 +181,20 @@ class IngestService:
             created_at=now,
             expires_at=now + retention,
         )
+
+
+def _refusal(found: mailbox_store.RecipientRow, declared_size: int | None) -> str | None:
+    """Why RCPT refuses this mailbox (an error code), or None when it takes mail."""
+    if not found.domain_live:
+        # A mailbox whose custom domain was deleted is unknown here (5.1.1), not a relay (5.7.1).
+        return "unknown_recipient"
+    if found.user_status != "active":
+        # A suspended user's mailboxes exist but take no mail until the user is reactivated.
+        return "mailbox_disabled"
+    used, quota = found.mailbox.used, found.mailbox.quota  # expired bytes already free their room
+    if used >= quota or (declared_size and used + declared_size > quota):
+        return "mailbox_full"
+    return None
 
 
 def _prepare(raw: bytes | bytearray) -> tuple[Summary, bytes]:

@@ -154,6 +154,7 @@ class MailboxService:
             await self._db.write(insert)
         except DuplicateKey as exc:
             raise Conflict("That address is taken.", code="address_taken") from exc
+        await self._bus.changed()  # `local+tag@…` may have named the mailbox `local@…` until now
         return CreatedMailbox(mailbox=mailbox, token=self._tokens.issue(mailbox.id, 0, now=self._clock()))
 
     async def domains_for(self, user: User) -> list[str]:
@@ -243,6 +244,7 @@ class MailboxService:
             raise NotFound("No such mailbox.")
         await self._db.write(partial(store.delete, mailbox_id=mailbox.id))
         await self._bus.revoke(mailbox.id, REVOKE_ALL)
+        await self._bus.changed()
 
     async def reset_password(
         self,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from inboxd.errors import Conflict, DuplicateKey, InvalidRequest, NotFound, Unauthorized
+from inboxd.events import EventBus
 from inboxd.model import ApiToken, Principal, User
 from inboxd.services.credentials import (
     API_TOKEN_PREFIX,
@@ -37,9 +38,10 @@ class NewToken:
 
 
 class UserService:
-    def __init__(self, db: Database, *, clock: Callable[[], float]) -> None:
+    def __init__(self, db: Database, *, clock: Callable[[], float], bus: EventBus) -> None:
         self._db = db
         self._clock = clock
+        self._bus = bus
         self._last_used: dict[str, float] = {}
 
     async def create_user(self, email: str, *, plan: str = "free", role: str = "user") -> User:
@@ -87,6 +89,8 @@ class UserService:
                 await session_store.delete_for_user(tx, user_id=user.id)
 
         await self._db.write(work)
+        if plan is not None or status is not None:
+            await self._bus.changed()  # what a mailbox of theirs accepts, and keeps for how long
         return replace(user, plan=plan or user.plan, status=status or user.status, role=role or user.role)
 
     async def user_by_id(self, user_id: str) -> User:

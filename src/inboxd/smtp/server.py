@@ -82,6 +82,10 @@ class SessionHooks(Protocol):
         """The reply that refuses MAIL now (e.g. 530 before AUTH), or None."""
         ...
 
+    def cached(self, address: str, *, declared_size: int | None) -> Recipient | None:
+        """The mailbox an RCPT address lands in when known without waiting, else None (`resolve`)."""
+        ...
+
     async def resolve(self, address: str, *, declared_size: int | None) -> Recipient:
         """The mailbox an RCPT address lands in, or a `MessageRejected`."""
         ...
@@ -118,6 +122,9 @@ class Reception:
 
     def mail_refusal(self) -> str | None:
         return None
+
+    def cached(self, address: str, *, declared_size: int | None) -> Recipient | None:
+        return self._ingest.cached(address, declared_size=declared_size)
 
     async def resolve(self, address: str, *, declared_size: int | None) -> Recipient:
         return await self._ingest.resolve(address, declared_size=declared_size)
@@ -488,6 +495,10 @@ class _Session(asyncio.Protocol):
         if len(self.envelope) >= self.server.settings.max_recipients:
             self.reply(R.TOO_MANY_RECIPIENTS)
             return
+        recipient = self.hooks.cached(address, declared_size=self.declared_size)
+        if recipient is not None:  # answered from memory: no task, no wait
+            self._accept(address, recipient)
+            return
         self.busy = True
         self.server.tasks.spawn(self._resolve(address))
 
@@ -500,13 +511,16 @@ class _Session(asyncio.Protocol):
             log.exception("recipient lookup failed")
             self.reply(R.TEMP_FAILURE)
         else:
-            # Plus addressing can name one mailbox twice: it gets one copy.
-            if all(r.mailbox.id != recipient.mailbox.id for r in self.recipients):
-                self.recipients.append(recipient)
-            self.envelope.append(address)
-            self.reply(R.RECIPIENT_OK)
+            self._accept(address, recipient)
         self.busy = False
         self.pump()
+
+    def _accept(self, address: str, recipient: Recipient) -> None:
+        # Plus addressing can name one mailbox twice: it gets one copy.
+        if all(r.mailbox.id != recipient.mailbox.id for r in self.recipients):
+            self.recipients.append(recipient)
+        self.envelope.append(address)
+        self.reply(R.RECIPIENT_OK)
 
     def do_data(self, arg: str) -> None:
         if not self.recipients:

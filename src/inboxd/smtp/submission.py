@@ -91,6 +91,9 @@ class _SubmissionSession:
             return R.AUTH_REQUIRED
         return None
 
+    def cached(self, address: str, *, declared_size: int | None) -> Recipient | None:
+        return None  # every message rechecks its sender's credentials, plan and quotas at RCPT
+
     async def resolve(self, address: str, *, declared_size: int | None) -> Recipient:
         # Checked once per message, at its first RCPT: the credentials, the plan, the quotas.
         if self.target is None or not self.session.envelope:

@@ -1,0 +1,72 @@
+"""The recipient cache: RCPT answered from memory for a mailbox looked up in the last few seconds.
+
+Every RCPT used to read the database (the mailbox, its owner, its domain and its usage at that
+moment). Under load most RCPTs name a mailbox seen a moment ago, so the answer is kept for
+`recipient_cache_ttl` seconds (`INBOXD_RECIPIENT_CACHE_TTL`, 2 by default; 0 turns it off). It
+is trusted in one direction only: to accept. Anything it would refuse (a full mailbox, a
+suspended owner, a domain no longer verified) is looked up again, so a refusal is always
+current. An acceptance is checked once more where it counts: the commit at the end of DATA charges
+the quota in SQL and refuses the message (552) when it would not fit.
+
+What keeps an acceptance true:
+- this process's own deliveries add their bytes to the cached `used` as they commit;
+- creating or deleting a mailbox, changing a user's plan or status and deleting a custom domain
+  announce `changed` on the event bus after commit, and every process with the same bus (Redis
+  across processes) drops its whole cache: such changes are rare next to mail;
+- what the bus cannot carry (another process's deliveries, changes made by the `inboxd` CLI or by
+  a process without a shared bus) is seen once the entry is that old.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from inboxd.store.mailboxes import RecipientRow
+
+# Addresses kept at most; past it the cache starts over (a flood of distinct addresses, or a
+# dictionary attack, costs a database read each, as it did without a cache).
+LIMIT = 10_000
+
+
+class RecipientCache:
+    def __init__(self, *, clock: Callable[[], float], ttl: float, limit: int = LIMIT) -> None:
+        self._clock = clock
+        self._ttl = ttl
+        self._limit = limit
+        # The address as RCPT named it (plus addressing included) → its mailbox's id; the row is
+        # kept once per mailbox, so a delivery's charge reaches every address that names it.
+        self._ids: dict[str, str] = {}
+        self._rows: dict[str, tuple[RecipientRow, float]] = {}
+
+    def get(self, address: str) -> RecipientRow | None:
+        """The row cached for `address` (normalized) if younger than the TTL."""
+        mailbox_id = self._ids.get(address)
+        if mailbox_id is None:
+            return None
+        entry = self._rows.get(mailbox_id)
+        if entry is None or self._clock() - entry[1] >= self._ttl:
+            return None
+        return entry[0]
+
+    def put(self, address: str, row: RecipientRow) -> None:
+        if self._ttl <= 0:
+            return
+        if len(self._ids) >= self._limit:
+            self.clear()
+        self._ids[address] = row.mailbox.id
+        self._rows[row.mailbox.id] = (row, self._clock())
+
+    def charge(self, mailbox_id: str, size: int) -> None:
+        """A delivery of `size` bytes to the mailbox committed in this process."""
+        entry = self._rows.get(mailbox_id)
+        if entry is not None:
+            row, fetched = entry
+            self._rows[mailbox_id] = (replace(row, mailbox=replace(row.mailbox, used=row.mailbox.used + size)), fetched)
+
+    def clear(self) -> None:
+        self._ids.clear()
+        self._rows.clear()
+
+    def __len__(self) -> int:
+        return len(self._ids)
