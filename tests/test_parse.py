@@ -17,6 +17,7 @@ from inboxd.mail.parse import (
     ParsedAttachment,
     ParsedMessage,
     Summary,
+    body_prefixes,
     html_to_text,
     parse_message,
     parse_summary,
@@ -677,3 +678,15 @@ def test_recipients_and_headers_in_order_decoded() -> None:
         ("X-Raw", "café"),
     )
     assert parse(b"From: a@example.com\r\n\r\nx").to == ""
+
+
+def test_body_prefixes_render_to_and_cc_for_the_index() -> None:
+    raw = (
+        b"From: a@example.org\r\nTo: =?utf-8?q?J=C3=BCrgen?= <jurgen@example.de>, bob@example.org\r\n"
+        b'To: "Carol, C." <carol@corp.example>\r\nCc: Dave <dave@example.net>\r\nSubject: s\r\n\r\nbody\r\n'
+    )
+    assert body_prefixes(raw, 1000).recipients == (
+        "J\u00fcrgen <jurgen@example.de>, bob@example.org",
+        "Carol, C. <carol@corp.example>",
+        "Dave <dave@example.net>",
+    )

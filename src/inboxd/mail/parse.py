@@ -95,11 +95,13 @@ class AttachmentPart:
 
 @dataclass(frozen=True, slots=True)
 class Bodies:
-    """The beginnings of a message's text and HTML bodies, and whether it has attachments."""
+    """The beginnings of a message's text and HTML bodies, whether it has attachments, and its To
+    and Cc headers rendered as the detail renders From (one string per header)."""
 
     text_body: str
     html_body: str
     has_attachments: bool
+    recipients: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,9 +282,11 @@ def body_prefixes(raw: bytes, limit: int) -> Bodies:
     """
     text = html = ""
     has_attachments = False
+    recipients: tuple[str, ...] = ()
     try:
         raw = bytes(raw)
         headers, body_start = _split_entity(raw, 0, len(raw))
+        recipients = tuple(_address_value(str(v)) for name in ("to", "cc") for v in headers.get_all(name, ()))
         have_text = have_html = False
         for leaf in _leaves(raw, headers, body_start):
             if leaf.ctype == "text/plain" and not have_text and not leaf.is_attachment():
@@ -296,7 +300,7 @@ def body_prefixes(raw: bytes, limit: int) -> Bodies:
     except Exception:
         # Never raise: keep what was decoded before the failure.
         pass
-    return Bodies(text_body=text, html_body=html, has_attachments=has_attachments)
+    return Bodies(text_body=text, html_body=html, has_attachments=has_attachments, recipients=recipients)
 
 
 def html_to_text(html: str) -> str:
@@ -568,6 +572,11 @@ def _address_header(headers: Message, header: str) -> str:
         value = _header(headers, header)
     except Exception:
         return ""
+    return _address_value(value)
+
+
+def _address_value(value: str) -> str:
+    """One address header's value rendered as `_address_header` renders it."""
     try:
         decoded = _collapse(_decode_words(value))
     except Exception:

@@ -19,10 +19,6 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Sequence
-from email.header import decode_header, make_header
-from email.parser import BytesHeaderParser
-from email.policy import compat32
-from email.utils import getaddresses
 from functools import partial
 
 import msgspec
@@ -50,10 +46,6 @@ BODY_BYTES = 2 * 1024 * 1024
 HTML_CHARS = 512 * 1024
 # Sources read and parsed at once: a batch of big messages (25 MiB each) must not all sit in memory.
 CHUNK_BYTES = 16 * 1024 * 1024
-# To and Cc are read from at most this much of the header block, as the MIME walk reads headers
-# (inboxd.mail.parse): a hostile 10 MB header would otherwise become a hundred megabytes of strings.
-HEADER_BYTES = 1024 * 1024
-_headers = BytesHeaderParser(policy=compat32)
 _decode_envelope = msgspec.json.Decoder(list[str]).decode
 
 
@@ -64,7 +56,7 @@ def build_doc(row: search.Source, pending: search.Pending) -> search.Doc:
     bodies = body_prefixes(raw, BODY_BYTES)
     # The sandbox keeps the envelope recipients: Bcc'd addresses are found by `to` too.
     captured = _decode_envelope(envelope) if envelope else []
-    recipients = storable(" ".join([address, *_recipients(raw), *captured])).lower()
+    recipients = storable(" ".join([address, *bodies.recipients, *captured])).lower()
     body = bodies.text_body if bodies.text_body.strip() else html_to_text(bodies.html_body[:HTML_CHARS])
     return search.Doc(
         message_id=message_id,
@@ -74,27 +66,6 @@ def build_doc(row: search.Source, pending: search.Pending) -> search.Doc:
         has_attachments=bodies.has_attachments,
         terms=index_terms((subject, from_, sender, recipients, body[:BODY_CHARS])),
     )
-
-
-def _recipients(raw: bytes) -> list[str]:
-    """The To and Cc addresses, display names decoded, as `Name <addr>` strings."""
-    end = raw.find(b"\r\n\r\n", 0, HEADER_BYTES)
-    try:
-        headers = _headers.parsebytes(raw[:HEADER_BYTES] if end < 0 else raw[: end + 4])
-        values = [str(v) for name in ("to", "cc") for v in headers.get_all(name, [])]
-        out = []
-        for name, addr in getaddresses(values):
-            out.append(f"{_decoded(name)} <{addr}>" if name else addr)
-        return out
-    except Exception:  # a hostile header must not stop the indexer
-        return []
-
-
-def _decoded(value: str) -> str:
-    try:
-        return str(make_header(decode_header(value)))
-    except Exception:
-        return value
 
 
 class SearchIndexer:
