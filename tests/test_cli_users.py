@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+from inboxd.services.users import AUTH_TTL
 from tests.conftest import Harness
 
 
@@ -21,6 +22,12 @@ async def cli(h: Harness, *args: str) -> subprocess.CompletedProcess[str]:
     return await asyncio.to_thread(
         subprocess.run, [sys.executable, "-m", "inboxd", *args], env=env, capture_output=True, text=True, timeout=60
     )
+
+
+def settle(h: Harness) -> None:
+    """A running server sees a CLI change once what it kept of the token is AUTH_TTL old: the CLI
+    has no way to announce it (services/users.py)."""
+    h.clock.advance(AUTH_TTL)
 
 
 async def test_cli_creates_users_and_tokens_and_sets_plan_and_status(harness: Harness) -> None:
@@ -41,16 +48,19 @@ async def test_cli_creates_users_and_tokens_and_sets_plan_and_status(harness: Ha
     assert names == ["deploy"]
 
     assert (await cli(harness, "users", "set", "--email", "ops@example.test", "--plan", "free")).returncode == 0
+    settle(harness)
     free = await harness.http.get("/api/user/me", headers=harness.auth(token))
     assert free.status_code == 403 and free.json()["error"] == "pro_required"
 
     suspended = await cli(harness, "users", "set", "--email", "ops@example.test", "--status", "suspended")
     assert suspended.returncode == 0 and "status=suspended" in suspended.stdout
+    settle(harness)
     blocked = await harness.http.get("/api/user/me", headers=harness.auth(token))
     assert blocked.status_code == 401 and blocked.json()["error"] == "account_revoked"
 
     back = await cli(harness, "users", "set", "--email", "ops@example.test", "--plan", "pro", "--status", "active")
     assert back.returncode == 0 and "plan=pro status=active" in back.stdout
+    settle(harness)
     assert (await harness.http.get("/api/user/me", headers=harness.auth(token))).status_code == 200
 
 

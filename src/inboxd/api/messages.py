@@ -32,8 +32,8 @@ async def _mailbox(request: Request, call: Call) -> Mailbox:
 @endpoint(mailbox_token=True)
 async def list_messages(request: Request, call: Call) -> Response:
     page = int_query(request, "page", 1)
-    flt = message_filter(request)
-    items = await call.services.messages.page(await _mailbox(request, call), page, flt)
+    read = call.services.messages.page_in(page, message_filter(request))
+    items = await call.services.mailboxes.read_in(call.principal, request.path_params["mailbox"], read)
     return json_response(schemas.MessagePage(messages=[schemas.message_item(m) for m in items], page=page))
 
 
@@ -62,7 +62,11 @@ async def wait_message(request: Request, call: Call) -> Response:
 )
 @endpoint(mailbox_token=True)
 async def get_message(request: Request, call: Call) -> Response:
-    detail = await call.services.messages.detail(await _mailbox(request, call), request.path_params["id"])
+    messages = call.services.messages
+    read = messages.detail_in(request.path_params["id"])
+    detail = await messages.detail_of(
+        await call.services.mailboxes.read_in(call.principal, request.path_params["mailbox"], read)
+    )
     return json_stream_response(schemas.message_detail(detail), fields=("text_body", "html_body"))
 
 

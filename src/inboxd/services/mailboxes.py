@@ -15,10 +15,10 @@ import base64
 import re
 import secrets
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -45,6 +45,10 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 Scope = Literal["token", "user"]
 _cursor_encoder = msgspec.json.Encoder()
 _cursor_decoder = msgspec.json.Decoder(tuple[float, str])
+
+T = TypeVar("T")
+# A read inside a mailbox the caller may reach (`MailboxService.read_in`).
+InMailbox = Callable[[Tx, Mailbox], Coroutine[Any, Any, T]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,16 +197,25 @@ class MailboxService:
 
     async def find(self, principal: Principal, ref: str, *, scope: Scope = "token") -> Mailbox:
         """The mailbox named by UUID or address, if this caller may reach it; else 404."""
+        return await self.read_in(principal, ref, _itself, scope=scope)
+
+    async def read_in(self, principal: Principal, ref: str, work: InMailbox[T], *, scope: Scope = "token") -> T:
+        """`work` on the mailbox `find` names, in the same read as the look-up: a request that
+        needs the mailbox only to read inside it (a page, a message) makes one trip to the store."""
         ref = ref.strip().lower()
-        if _UUID.fullmatch(ref):
-            mailbox = await self._db.read(partial(store.get, mailbox_id=ref))
-        elif "@" in ref:
-            mailbox = await self._db.read(partial(store.get_by_address, address=ref))
-        else:
-            mailbox = None
-        if mailbox is None or not _reaches(principal, mailbox, scope):
-            raise NotFound("No such mailbox.")
-        return mailbox
+
+        async def read(tx: Tx) -> T:
+            if _UUID.fullmatch(ref):
+                mailbox = await store.get(tx, ref)
+            elif "@" in ref:
+                mailbox = await store.get_by_address(tx, ref)
+            else:
+                mailbox = None
+            if mailbox is None or not _reaches(principal, mailbox, scope):
+                raise NotFound("No such mailbox.")
+            return await work(tx, mailbox)
+
+        return await self._db.read(read)
 
     async def current(self, principal: Principal, ref: str, *, scope: Scope = "token") -> Mailbox:
         """`find`, with `used` as of now: an expired message's bytes leave it at its expiry."""
@@ -265,6 +278,7 @@ class MailboxService:
             return mailbox.password_gen + 1 if changed is None else changed.password_gen
 
         await self._bus.revoke(mailbox.id, await self._db.write(reset))
+        await self._bus.changed()  # the old tokens' authentication kept in memory
 
     async def sign_in(self, address: str, *, password: str | None, auth_key: str | None) -> tuple[Mailbox, str]:
         """Check a mailbox secret and issue a mailbox token; one message for every failure."""
@@ -297,6 +311,10 @@ def _decode_cursor(cursor: str) -> tuple[float, str]:
         return _cursor_decoder.decode(raw)
     except (ValueError, msgspec.DecodeError) as exc:
         raise InvalidRequest("`cursor` is not one this API gave out.") from exc
+
+
+async def _itself(tx: Tx, mailbox: Mailbox) -> Mailbox:
+    return mailbox
 
 
 def _reaches(principal: Principal, mailbox: Mailbox, scope: Scope) -> bool:

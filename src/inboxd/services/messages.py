@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 import msgspec
@@ -25,6 +26,7 @@ from inboxd.model import (
     MessageFilter,
     MessageSummary,
 )
+from inboxd.services.mailboxes import InMailbox
 from inboxd.services.rawcodec import decompress
 from inboxd.store import messages as store
 from inboxd.store.db import Database, Tx
@@ -106,6 +108,24 @@ _encode_detail = msgspec.json.Encoder().encode
 _decode_detail = msgspec.json.Decoder(_StoredDetail).decode
 
 
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """What the detail of a message is made from: read in one go (`MessageService.detail_in`)."""
+
+    mailbox: Mailbox
+    summary: MessageSummary
+    kept: str | None  # the parse kept from an earlier opening, if any
+
+
+def _live(summary: MessageSummary | None, now: float) -> MessageSummary:
+    """A message that is there and not past its expiry: 404 and 410 otherwise."""
+    if summary is None:
+        raise NotFound("No such message.")
+    if summary.expires_at <= now:
+        raise Gone("This message has expired.", code="expired")
+    return summary
+
+
 class MessageService:
     def __init__(self, db: Database, *, clock: Callable[[], float]) -> None:
         self._db = db
@@ -113,9 +133,19 @@ class MessageService:
         self._parts = _PartIndex(PART_INDEX_PARTS)
 
     async def page(self, mailbox: Mailbox, page: int, flt: MessageFilter = NO_FILTER) -> list[MessageSummary]:
+        read = self.page_in(page, flt)
+        return await self._db.read(lambda tx: read(tx, mailbox))
+
+    def page_in(self, page: int, flt: MessageFilter = NO_FILTER) -> InMailbox[list[MessageSummary]]:
+        """One page as a read inside a mailbox, for `MailboxService.read_in`."""
         if page < 1:
             raise InvalidRequest("`page` must be an integer of at least 1.")
-        return await self._db.read(partial(store.page, mailbox_id=mailbox.id, page=page, now=self._clock(), flt=flt))
+        now = self._clock()
+
+        async def read(tx: Tx, mailbox: Mailbox) -> list[MessageSummary]:
+            return await store.page(tx, mailbox.id, page=page, now=now, flt=flt)
+
+        return read
 
     async def newest(self, mailbox: Mailbox, flt: MessageFilter) -> MessageSummary | None:
         """The newest live message of the mailbox that `flt` keeps."""
@@ -126,11 +156,7 @@ class MessageService:
 
     async def _live(self, mailbox: Mailbox, message_id: str) -> MessageSummary:
         summary = await self._db.read(partial(store.get, mailbox_id=mailbox.id, message_id=message_id))
-        if summary is None:
-            raise NotFound("No such message.")
-        if summary.expires_at <= self._clock():
-            raise Gone("This message has expired.", code="expired")
-        return summary
+        return _live(summary, self._clock())
 
     async def _raw(self, summary: MessageSummary) -> bytes:
         if summary.size > OFF_LOOP_BYTES:
@@ -146,9 +172,23 @@ class MessageService:
         return decompress(compressed)
 
     async def detail(self, mailbox: Mailbox, message_id: str) -> MessageDetail:
-        summary = await self._live(mailbox, message_id)
-        cached = await self._db.read(partial(store.detail_json, message_id=summary.id))
-        stored = None if cached is None else _decode_detail(cached)
+        read = self.detail_in(message_id)
+        return await self.detail_of(await self._db.read(lambda tx: read(tx, mailbox)))
+
+    def detail_in(self, message_id: str) -> InMailbox[Opened]:
+        """A message and its kept parse as a read inside a mailbox, for `MailboxService.read_in`;
+        `detail_of` makes the detail of what it read."""
+        now = self._clock()
+
+        async def read(tx: Tx, mailbox: Mailbox) -> Opened:
+            summary = _live(await store.get(tx, mailbox.id, message_id), now)
+            return Opened(mailbox=mailbox, summary=summary, kept=await store.detail_json(tx, summary.id))
+
+        return read
+
+    async def detail_of(self, opened: Opened) -> MessageDetail:
+        mailbox, summary = opened.mailbox, opened.summary
+        stored = None if opened.kept is None else _decode_detail(opened.kept)
         if stored is None or stored.v < DETAIL_VERSION:
             stored = await asyncio.to_thread(_build_detail, await self._raw(summary))
             if len(stored.text_body) + len(stored.html_body) <= KEEP_DETAIL_BYTES // 6:

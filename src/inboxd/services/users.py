@@ -2,6 +2,13 @@
 
 `last_used_at` is coalesced in memory and written in one batch every few seconds and at stop,
 so authenticating a request never costs a database write.
+
+Who a bearer value names is kept in memory for `AUTH_TTL` seconds, so a client's requests after
+its first cost no database read for authentication. Revoking a token, resetting or deleting a
+mailbox and changing a user announce `changed` on the event bus after commit, and every process
+sharing the bus (Redis across processes) forgets what it kept: the next request is refused. A
+change the bus does not carry (the `inboxd` CLI, several processes without Redis) takes effect
+once the entry is `AUTH_TTL` seconds old.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ from inboxd.store import sessions as session_store
 from inboxd.store import users as store
 from inboxd.store.db import Database, Tx
 
+AUTH_TTL = 2.0
+# Bearer values kept at most; past it the cache starts over.
+AUTH_LIMIT = 10_000
 PLANS = ("free", "pro")
 ROLES = ("user", "admin")
 STATUSES = ("active", "suspended")
@@ -43,6 +53,10 @@ class UserService:
         self._clock = clock
         self._bus = bus
         self._last_used: dict[str, float] = {}
+        # Bearer key (an API token's hash, or a mailbox token's mailbox and generation) → who it
+        # names and when that was read.
+        self._known: dict[str, tuple[Principal, float]] = {}
+        bus.on_changed(self._known.clear)
 
     async def create_user(self, email: str, *, plan: str = "free", role: str = "user") -> User:
         email = email.strip().lower()
@@ -89,8 +103,8 @@ class UserService:
                 await session_store.delete_for_user(tx, user_id=user.id)
 
         await self._db.write(work)
-        if plan is not None or status is not None:
-            await self._bus.changed()  # what a mailbox of theirs accepts, and keeps for how long
+        # What their credentials open, what a mailbox of theirs accepts and keeps for how long.
+        await self._bus.changed()
         return replace(user, plan=plan or user.plan, status=status or user.status, role=role or user.role)
 
     async def user_by_id(self, user_id: str) -> User:
@@ -136,19 +150,46 @@ class UserService:
     async def revoke_token(self, user: User, token_id: str) -> None:
         if not await self._db.write(partial(store.revoke_token, user_id=user.id, token_id=token_id, now=self._clock())):
             raise NotFound("No such token.")
+        await self._bus.changed()
 
     async def authenticate(self, bearer: str, mailbox_tokens: MailboxTokens) -> Principal:
         """Resolve a bearer value to who is calling; raises 401 errors as the spec names them."""
+        now = self._clock()
         if bearer.startswith(API_TOKEN_PREFIX):
-            found = await self._db.read(partial(store.token_with_user, token_hash=hash_token(bearer)))
-            if found is None or found[0].revoked_at is not None:
-                raise Unauthorized("The API token is invalid or revoked.", code="invalid_token")
-            token, user = found
-            check_active(user)
-            self._last_used[token.id] = self._clock()
-            return Principal(user=user, token_id=token.id)
-        claims = mailbox_tokens.check(bearer, now=self._clock())
-        return await self._db.read(partial(_mailbox_principal, claims_id=claims.mailbox_id, gen=claims.password_gen))
+            key = hash_token(bearer)
+            principal = self._kept(key, now)
+            if principal is None:
+                found = await self._db.read(partial(store.token_with_user, token_hash=key))
+                if found is None or found[0].revoked_at is not None:
+                    raise Unauthorized("The API token is invalid or revoked.", code="invalid_token")
+                token, user = found
+                check_active(user)
+                principal = self._keep(key, Principal(user=user, token_id=token.id), now)
+            assert principal.token_id is not None
+            self._last_used[principal.token_id] = now
+            return principal
+        claims = mailbox_tokens.check(bearer, now=now)
+        key = f"{claims.mailbox_id}:{claims.password_gen}"
+        principal = self._kept(key, now)
+        if principal is None:
+            named = await self._db.read(
+                partial(_mailbox_principal, claims_id=claims.mailbox_id, gen=claims.password_gen)
+            )
+            principal = self._keep(key, named, now)
+        return principal
+
+    def _kept(self, key: str, now: float) -> Principal | None:
+        entry = self._known.get(key)
+        if entry is None or now - entry[1] >= AUTH_TTL:
+            return None
+        return entry[0]
+
+    def _keep(self, key: str, principal: Principal, now: float) -> Principal:
+        """Only what authenticated is kept: a refused value is looked up again every time."""
+        if len(self._known) >= AUTH_LIMIT:
+            self._known.clear()
+        self._known[key] = (principal, now)
+        return principal
 
     async def flush_last_used(self) -> None:
         if not self._last_used:
