@@ -34,3 +34,27 @@ async def test_fresh_file_opens_in_wal_while_reads_and_writes_race(tmp_path: Pat
             await db.close()
         with sqlite3.connect(path) as check:
             assert check.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+async def test_a_write_waits_for_another_process_holding_the_write_lock(tmp_path: Path) -> None:
+    """`inboxd serve --workers N` on one file: the writer polls for the lock another process holds
+    (busy_timeout is 0 while it does), instead of failing with "database is locked", and writes
+    once the lock is let go."""
+    path = tmp_path / "shared.sqlite3"
+    with sqlite3.connect(path) as setup:
+        setup.execute("CREATE TABLE t (v INTEGER)")
+    db = SqliteDatabase(str(path))
+    other = sqlite3.connect(path, isolation_level=None)  # stands for the other process's writer
+    try:
+        assert await db.read(_count) == 0  # the file is in WAL from here on
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO t (v) VALUES (2)")
+        write = asyncio.get_running_loop().create_task(db.write(_insert))
+        await asyncio.sleep(0.3)
+        assert not write.done()  # still waiting for the lock, not failed
+        other.execute("COMMIT")
+        assert await asyncio.wait_for(write, 5) == 1
+        assert await db.read(_count) == 2
+    finally:
+        other.close()
+        await db.close()

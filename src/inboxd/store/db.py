@@ -25,6 +25,7 @@ import queue
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -160,6 +161,32 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
     mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
     if str(mode).lower() != "wal":
         raise sqlite3.OperationalError(f"cannot switch the database to WAL (journal mode is {mode})")
+
+
+# Taking the write lock that another process holds (`inboxd serve --workers N` on one file): tried
+# again after these pauses rather than through SQLite's busy handler, whose sleeps grow from 1 ms
+# to 100 ms while the other process holds the lock for a commit of a millisecond or two.
+_BUSY_PAUSE = 0.0002
+_BUSY_PAUSE_MAX = 0.002
+_BUSY_SECONDS = 30.0
+
+
+def _begin_write(conn: sqlite3.Connection) -> None:
+    deadline = time.monotonic() + _BUSY_SECONDS
+    pause = _BUSY_PAUSE
+    conn.execute("PRAGMA busy_timeout=0")
+    try:
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, _BUSY_PAUSE_MAX)
+    finally:
+        conn.execute("PRAGMA busy_timeout=30000")
 
 
 def _read_on(conn: sqlite3.Connection, work: Work[T]) -> T:
@@ -311,7 +338,7 @@ class SqliteDatabase:
             self.on_batch(len(batch))
         outcomes: list[tuple[Any, BaseException | None]] = []
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            _begin_write(conn)
             tx = _SqliteTx(conn)
             for job in batch:
                 conn.execute("SAVEPOINT unit")
