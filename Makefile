@@ -47,10 +47,20 @@ $(IDP_STAMP): tests/idp/package.json tests/idp/package-lock.json
 	npm ci --prefix tests/idp --no-audit --no-fund --loglevel=error
 	touch $@
 
+# nginx for the smoke test of deploy/nginx-fleet.conf (tests/test_nginx_fleet.py), unpacked from
+# Debian's packages into the tree rather than installed: installing nginx starts a server on port 80.
+NGINX := tests/.nginx/usr/sbin/nginx
+
+$(NGINX):
+	rm -rf tests/.nginx tests/.nginx-debs && mkdir -p tests/.nginx-debs
+	cd tests/.nginx-debs && { apt-get download nginx libnginx-mod-stream 2>/dev/null || { apt-get update -q && apt-get download nginx libnginx-mod-stream; }; }
+	for deb in tests/.nginx-debs/*.deb; do dpkg-deb -x "$$deb" tests/.nginx; done
+	rm -rf tests/.nginx-debs
+
 # Most tests wait on sockets, processes and browsers more than they compute, so two workers
 # halve the wall time on two cores; the tests with bounds on time or memory (marked `alone`)
 # then run by themselves, as their bounds assume.
-pytest: $(TEST_STAMP) $(IDP_STAMP) services $(CHROMIUM)
+pytest: $(TEST_STAMP) $(IDP_STAMP) services $(CHROMIUM) $(NGINX)
 	$(BIN)/pytest -n 2 -m "not alone"
 	$(BIN)/pytest -m alone
 
@@ -75,4 +85,4 @@ bench: $(TEST_STAMP) services $(LOAD_TOOLS)
 	$(BIN)/python -m bench goals
 
 clean:
-	rm -rf $(VENV) data tests/idp/node_modules
+	rm -rf $(VENV) data tests/idp/node_modules tests/.nginx
