@@ -37,9 +37,11 @@ class Doc:
     created_at: float
     recipients: str
     has_attachments: bool
-    terms: list[str]
+    words: str  # services/filters.py `index_words`: words separated by spaces
 
 
+# The longest word the index answers for: longer ones are in no query (services/filters.py).
+MAX_TERM_CHARS = 64
 # Up to this many full-text matches in a mailbox, PostgreSQL sorts them; beyond, it walks the list.
 FEW_MATCHES = 2000
 
@@ -229,8 +231,9 @@ async def mark_unindexable(tx: Tx, message_ids: Sequence[str]) -> None:
 
 
 # PostgreSQL's `save` of a batch in one statement: the flag update claims the messages, and only
-# the claimed get a row. Terms are words (letters and digits), so a space joins them safely.
-_SAVE_POSTGRES = """
+# the claimed get a row. Words are letters and digits separated by spaces; the tsvector keeps each
+# once, and none longer than a query can name.
+_SAVE_POSTGRES = f"""
 WITH claimed AS (
     UPDATE messages SET indexed = 1
     WHERE id = ANY(CAST(? AS text[])) AND indexed = 0 AND deleted = 0
@@ -238,7 +241,9 @@ WITH claimed AS (
 )
 INSERT INTO message_search (message_id, mailbox_id, recipients, has_attachments, terms)
 SELECT d.message_id, d.mailbox_id, d.recipients, d.has_attachments,
-       array_to_tsvector(string_to_array(d.terms, ' '))
+       array_to_tsvector(ARRAY(
+           SELECT w FROM regexp_split_to_table(btrim(d.terms), ' +') AS w WHERE length(w) <= {MAX_TERM_CHARS}
+       ))
 FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS smallint[]), CAST(? AS text[]))
      AS d(message_id, mailbox_id, recipients, has_attachments, terms)
 JOIN claimed ON claimed.id = d.message_id
@@ -259,7 +264,7 @@ async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
             [d.mailbox_id for d in docs],
             [d.recipients for d in docs],
             [1 if d.has_attachments else 0 for d in docs],
-            [" ".join([mailbox_term(d.mailbox_id), *d.terms]) for d in docs],
+            [f"{mailbox_term(d.mailbox_id)} {d.words}" for d in docs],
         )
         return [r[0] for r in rows]
     done: list[str] = []
@@ -270,7 +275,6 @@ async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
             "UPDATE messages SET indexed = 1 WHERE id = ? AND indexed = 0 AND deleted = 0", doc.message_id
         ):
             continue
-        terms = [mailbox_term(doc.mailbox_id), *doc.terms]
         doc_id = doc_id_base(doc.created_at)
         while await tx.fetchval("SELECT 1 FROM message_search WHERE doc_id = ?", doc_id):
             doc_id += 1  # copies stored in the same microsecond
@@ -283,7 +287,11 @@ async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
             doc.recipients,
             1 if doc.has_attachments else 0,
         )
-        await tx.execute("INSERT INTO message_fts (rowid, terms) VALUES (?, ?)", doc_id, " ".join(terms))
+        await tx.execute(
+            "INSERT INTO message_fts (rowid, terms) VALUES (?, ?)",
+            doc_id,
+            f"{mailbox_term(doc.mailbox_id)} {doc.words}",
+        )
         done.append(doc.mailbox_id)
     return done
 

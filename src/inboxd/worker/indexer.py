@@ -25,7 +25,7 @@ import msgspec
 
 from inboxd.events import EventBus
 from inboxd.mail.parse import body_prefixes, html_to_text
-from inboxd.services.filters import index_terms
+from inboxd.services.filters import index_words
 from inboxd.services.ingest import storable
 from inboxd.services.rawcodec import decompress
 from inboxd.store import search
@@ -64,7 +64,7 @@ def build_doc(row: search.Source, pending: search.Pending) -> search.Doc:
         created_at=pending.created_at,
         recipients=recipients,
         has_attachments=bodies.has_attachments,
-        terms=index_terms((subject, from_, sender, recipients, body[:BODY_CHARS])),
+        words=index_words((subject, from_, sender, recipients, body[:BODY_CHARS])),
     )
 
 
