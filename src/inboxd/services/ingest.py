@@ -95,10 +95,10 @@ class IngestService:
     def cached(self, address: str, *, declared_size: int | None = None) -> Recipient | None:
         """The recipient for an RCPT address when the recipient cache accepts it, without waiting;
         None means ask `resolve` (not cached, or something the cache would refuse)."""
-        row = self._recipients.get(address.strip().lower())
-        if row is None or _refusal(row, declared_size) is not None:
+        hit = self._recipients.get(address.strip().lower())
+        if hit is None or _refusal(hit[0], declared_size, used=hit[1]) is not None:
             return None
-        return Recipient(mailbox=row.mailbox, plan=row.plan)
+        return Recipient(mailbox=hit[0].mailbox, plan=hit[0].plan)
 
     async def resolve(self, address: str, *, declared_size: int | None = None) -> Recipient:
         """The mailbox for an RCPT address (plus addressing included), or a named refusal."""
@@ -183,15 +183,17 @@ class IngestService:
         )
 
 
-def _refusal(found: mailbox_store.RecipientRow, declared_size: int | None) -> str | None:
-    """Why RCPT refuses this mailbox (an error code), or None when it takes mail."""
+def _refusal(found: mailbox_store.RecipientRow, declared_size: int | None, *, used: int | None = None) -> str | None:
+    """Why RCPT refuses this mailbox (an error code), or None when it takes mail; `used` when it
+    is known better than the row's (the recipient cache's)."""
     if not found.domain_live:
         # A mailbox whose custom domain was deleted is unknown here (5.1.1), not a relay (5.7.1).
         return "unknown_recipient"
     if found.user_status != "active":
         # A suspended user's mailboxes exist but take no mail until the user is reactivated.
         return "mailbox_disabled"
-    used, quota = found.mailbox.used, found.mailbox.quota  # expired bytes already free their room
+    quota = found.mailbox.quota
+    used = found.mailbox.used if used is None else used  # expired bytes already free their room
     if used >= quota or (declared_size and used + declared_size > quota):
         return "mailbox_full"
     return None

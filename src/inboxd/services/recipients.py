@@ -20,13 +20,21 @@ What keeps an acceptance true:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from inboxd.store.mailboxes import RecipientRow
 
 # Addresses kept at most; past it the cache starts over (a flood of distinct addresses, or a
 # dictionary attack, costs a database read each, as it did without a cache).
 LIMIT = 10_000
+
+
+class _Entry:
+    __slots__ = ("fetched", "row", "used")
+
+    def __init__(self, row: RecipientRow, fetched: float) -> None:
+        self.row = row
+        self.fetched = fetched
+        self.used = row.mailbox.used  # plus this process's deliveries since the read
 
 
 class RecipientCache:
@@ -37,17 +45,18 @@ class RecipientCache:
         # The address as RCPT named it (plus addressing included) → its mailbox's id; the row is
         # kept once per mailbox, so a delivery's charge reaches every address that names it.
         self._ids: dict[str, str] = {}
-        self._rows: dict[str, tuple[RecipientRow, float]] = {}
+        self._rows: dict[str, _Entry] = {}
 
-    def get(self, address: str) -> RecipientRow | None:
-        """The row cached for `address` (normalized) if younger than the TTL."""
+    def get(self, address: str) -> tuple[RecipientRow, int] | None:
+        """The row cached for `address` (normalized) if younger than the TTL, and the mailbox's
+        `used` with this process's deliveries since then (the row's own is as read)."""
         mailbox_id = self._ids.get(address)
         if mailbox_id is None:
             return None
         entry = self._rows.get(mailbox_id)
-        if entry is None or self._clock() - entry[1] >= self._ttl:
+        if entry is None or self._clock() - entry.fetched >= self._ttl:
             return None
-        return entry[0]
+        return entry.row, entry.used
 
     def put(self, address: str, row: RecipientRow) -> None:
         if self._ttl <= 0:
@@ -55,14 +64,13 @@ class RecipientCache:
         if len(self._ids) >= self._limit:
             self.clear()
         self._ids[address] = row.mailbox.id
-        self._rows[row.mailbox.id] = (row, self._clock())
+        self._rows[row.mailbox.id] = _Entry(row, self._clock())
 
     def charge(self, mailbox_id: str, size: int) -> None:
         """A delivery of `size` bytes to the mailbox committed in this process."""
         entry = self._rows.get(mailbox_id)
         if entry is not None:
-            row, fetched = entry
-            self._rows[mailbox_id] = (replace(row, mailbox=replace(row.mailbox, used=row.mailbox.used + size)), fetched)
+            entry.used += size
 
     def clear(self) -> None:
         self._ids.clear()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import ssl
@@ -631,7 +632,7 @@ class _Session(asyncio.Protocol):
             proto += "A"
         # RFC 5321 4.4: the recipient path as sent, when there is exactly one (never the sandbox's own address).
         single = f"\r\n\tfor <{self.envelope[0]}>" if len(self.envelope) == 1 else ""
-        stamp = format_datetime(datetime.now(UTC))
+        stamp = _date_now()
         helo = (self.helo or "unknown").replace("\r", "").replace("\n", "")
         return (
             f"Received: from {helo} ([{self.peer}])\r\n\tby {self.server.hostname} (inboxd) with {proto} "
@@ -865,6 +866,16 @@ class _Message:
             offset += len(chunk)
             del view, piece, chunk
         return out
+
+
+def _date_now() -> str:
+    return _date_of(int(time.time()))
+
+
+@functools.lru_cache(maxsize=2)
+def _date_of(second: int) -> str:
+    """RFC 5322's date of a second: formatted once per second, not once per message (pure)."""
+    return format_datetime(datetime.fromtimestamp(second, UTC))
 
 
 def _path(arg: str, keyword: str) -> tuple[str, list[str]] | None:
