@@ -81,7 +81,8 @@ class UserService:
         self, email: str, *, plan: str | None = None, status: str | None = None, role: str | None = None
     ) -> User:
         """Change a user's plan, status or role. Suspending ends every browser session of the user
-        in the same transaction; their tokens are refused from the next request on."""
+        in the same transaction; their tokens are refused from the next request on in every process
+        sharing this one's bus, and elsewhere (a CLI process) once what was kept is AUTH_TTL old."""
         user = await self.user_by_email(email)
         return await self.update_user(user, plan=plan, status=status, role=role)
 
