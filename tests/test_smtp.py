@@ -348,3 +348,60 @@ async def test_starttls(make_settings: Any, clock: Any, tmp_path: Any) -> None:
                 headers={"Authorization": f"Bearer {server.bootstrap_token}"},
             )
             assert b"with ESMTPS" in source.content.split(b"\r\n\r\n")[0]
+
+
+class RecordingTransport:
+    """The client's side of the socket, recording each write the session makes (one send each)."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        return None
+
+    def pause_reading(self) -> None:
+        return None
+
+    def resume_reading(self) -> None:
+        return None
+
+
+async def test_pipelined_commands_get_their_replies_in_one_write(harness: Harness) -> None:
+    from inboxd.smtp.server import _Session
+
+    box = await harness.new_mailbox()
+    await harness.send(box["address"])  # the mailbox is known: RCPT answers without waiting
+    smtp = harness.server._smtp
+    assert smtp is not None
+    session = _Session(smtp)
+    transport = RecordingTransport()
+    session.connection_made(transport)  # type: ignore[arg-type]
+    session.data_received(b"EHLO client\r\n")
+    transport.writes.clear()
+    session.data_received(f"MAIL FROM:<a@example.org>\r\nRCPT TO:<{box['address']}>\r\nDATA\r\n".encode())
+    assert len(transport.writes) == 1
+    assert [line[:3] for line in transport.writes[0].split(b"\r\n")[:-1]] == [b"250", b"250", b"354"]
+    # The 250 after DATA goes out with the replies to what was pipelined behind the message.
+    session.data_received(b"Subject: s\r\n\r\nbody\r\n.\r\nRSET\r\nNOOP\r\n")
+    async with asyncio.timeout(10):
+        while not transport.writes[1:]:
+            await asyncio.sleep(0.01)
+    assert len(transport.writes) == 2
+    assert [line[:3] for line in transport.writes[1].split(b"\r\n")[:-1]] == [b"250", b"250", b"250"]
+    session.connection_lost(None)

@@ -16,7 +16,9 @@ What it guarantees:
   than `WRITE_HIGH` bytes of replies wait, and the client is dropped once they have waited
   `smtp_write_timeout` seconds; a session silent for `smtp_idle_timeout` seconds is closed.
 Commands are handled strictly in order (PIPELINING): while one waits on the database, input
-is buffered, and reading pauses once the buffer is large.
+is buffered, and reading pauses once the buffer is large. The replies to commands that arrived
+together go out in one write (up to HOLD_MAX of them), so a pipelining client's MAIL, RCPT and
+DATA cost one send, not three.
 
 Memory per message: DATA is kept as the chunks that arrived (see `_Message`), and copied once
 at its end into one buffer of the message's size, the stuffed dots left out, each chunk let go
@@ -59,6 +61,8 @@ PAUSE_AT = 1 << 20
 # Unsent replies above which a session stops reading (asyncio's low-water mark is a quarter).
 WRITE_HIGH = 64 * 1024
 MAX_ERRORS = 20
+# Replies held for one write at most (a pipelined transaction has a handful).
+HOLD_MAX = 32
 # A line that starts with a dot: the end of DATA when the dot is alone on it, else a stuffed dot.
 DOT_LINE = b"\r\n."
 # Stuffed dots noted as DATA streams in; past this many (hostile input) one replace at the end does it.
@@ -268,6 +272,9 @@ class _Session(asyncio.Protocol):
         # Set by a hook that expects the next line to be an answer (an AUTH exchange), not a command.
         self.line_handler: Callable[[bytes], None] | None = None
         self.hooks = server.hooks(self)
+        # Replies held while a burst of commands is taken (`pump`), then written at once: a client
+        # that pipelines MAIL, RCPT and DATA gets their replies in one write, not three.
+        self.held: list[bytes] | None = None
 
     # asyncio.Protocol ----------------------------------------------------------------------
 
@@ -356,6 +363,15 @@ class _Session(asyncio.Protocol):
     # Input ------------------------------------------------------------------------------------
 
     def pump(self) -> None:
+        if self.held is None:
+            self.held = []
+        try:
+            self._take_commands()
+        finally:
+            self._release()
+        self._flow()
+
+    def _take_commands(self) -> None:
         while not self.busy and not self.write_paused and self.transport is not None:
             if self.message is not None:
                 break
@@ -378,7 +394,6 @@ class _Session(asyncio.Protocol):
                 handler(line)
                 continue
             self.command(line)
-        self._flow()
 
     def _end_data(self, rest: bytes) -> None:
         message, self.message = self.message, None
@@ -506,6 +521,7 @@ class _Session(asyncio.Protocol):
     async def _resolve(self, address: str) -> None:
         try:
             recipient = await self.hooks.resolve(address, declared_size=self.declared_size)
+            self.held = []  # this answer goes out with those of the commands pipelined behind it
         except InboxdError as exc:
             self.error(R.reply_for(exc))
         except Exception:
@@ -564,13 +580,13 @@ class _Session(asyncio.Protocol):
         except Exception:
             log.exception("delivery failed")
         finally:
+            self.held = []  # the answer goes out with those of the commands pipelined behind it
             self.reply(answer)
             self._record(answer, size=size, seconds=time.perf_counter() - started)
             self.reset()
             self.delivering = False
             self.busy = False
-            if self.transport is not None:
-                self.pump()
+            self.pump()
 
     async def _deliver_message(self, message: _Message) -> None:
         # No local here keeps the bytes: ingest lets go of them once they are compressed.
@@ -696,8 +712,20 @@ class _Session(asyncio.Protocol):
     # Output and state -------------------------------------------------------------------------
 
     def reply(self, text: str) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(text.encode("utf-8", "surrogateescape") + b"\r\n")
+        data = text.encode("utf-8", "surrogateescape") + b"\r\n"
+        if self.held is not None:
+            self.held.append(data)
+            if len(self.held) >= HOLD_MAX:  # a long burst is written as it goes: flow control sees it
+                self._release()
+                self.held = []
+        elif self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def _release(self) -> None:
+        """Write the replies held since `pump` (or an answered step) started holding them."""
+        held, self.held = self.held, None
+        if held and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(held))
 
     def error(self, text: str) -> None:
         self.errors += 1
@@ -731,6 +759,7 @@ class _Session(asyncio.Protocol):
     def close(self, text: str | None) -> None:
         if text is not None:
             self.reply(text)
+        self._release()  # before the close, which would drop later writes
         if self.transport is not None:
             self.transport.close()
             self.transport = None
