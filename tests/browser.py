@@ -10,7 +10,6 @@ browser lives on. Screenshots go to tests/artifacts/ (git-ignored) at 1280 and 3
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,20 +22,13 @@ from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 
 from inboxd.app import Inboxd
 from inboxd.model import User
-from tests.conftest import Clock
+from tests.conftest import Clock, free_port
 
 CHROMIUM = os.environ.get("INBOXD_TEST_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).parent / "artifacts"
 WIDTHS = (1280, 375)
 # The machine may be busy: assertions wait up to 15 s for the page (5 s by default) before failing.
 expect.set_options(timeout=15_000)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")

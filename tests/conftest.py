@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import shutil
 import smtplib
+import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -39,6 +41,26 @@ os.environ.setdefault("INBOXD_SUBMISSION_PORT", "0")
 
 PG_URL = os.environ.get("INBOXD_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("INBOXD_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def free_port() -> int:
+    """A port nothing listens on, for a server a test starts on a port of its own choosing.
+
+    Taken below the kernel's ephemeral range (ip_local_port_range, 32768 and up here), so no
+    `bind(("127.0.0.1", 0))` and no outgoing connection of another test running meanwhile can take
+    it between this check and its use, as happened with ports the kernel handed out.
+    """
+    low, _ = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12000), low)
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 class Clock:

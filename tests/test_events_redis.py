@@ -8,7 +8,6 @@ import contextlib
 import json
 import shutil
 import smtplib
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 
 from inboxd.app import Inboxd
 from inboxd.events_redis import RedisBus
-from tests.conftest import PG_URL, REDIS_URL, Clock, send_mail
+from tests.conftest import PG_URL, REDIS_URL, Clock, free_port, send_mail
 from tests.serverproc import ServerProcess
 from tests.test_events import event
 from tests.wsclient import authed, open_ws, refused
@@ -112,13 +111,6 @@ async def test_mail_accepted_by_one_process_reaches_a_socket_on_the_other(make_s
                     except smtplib.SMTPDataError as exc:  # not announced yet: the commit refused it
                         assert exc.smtp_code == 552
                     await asyncio.sleep(0.05)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def start_redis(port: int) -> asyncio.subprocess.Process:

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import re
-import socket
 import ssl
 import subprocess
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ import pytest
 import trustme
 from websockets.asyncio.client import connect
 
-from tests.conftest import Harness
+from tests.conftest import Harness, free_port
 
 ROOT = Path(__file__).parent.parent
 NGINX_ROOT = Path(__file__).parent / ".nginx"
@@ -31,13 +30,6 @@ NGINX = NGINX_ROOT / "usr/sbin/nginx"
 STREAM_MODULE = NGINX_ROOT / "usr/lib/nginx/modules/ngx_stream_module.so"
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def rendered(*, http_port: int, smtp_port: int, https: int, smtp_front: int, cert: Path, key: Path) -> str:

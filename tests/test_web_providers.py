@@ -12,7 +12,8 @@ import httpx
 import pytest
 from playwright.async_api import expect
 
-from tests.browser import StartWeb, Web, browser_test, free_port
+from tests.browser import StartWeb, Web, browser_test
+from tests.conftest import free_port
 from tests.fake_issuer import FaultyIssuer
 from tests.identity_providers import FakeGitHub, OidcClient, OidcProvider
 

@@ -23,7 +23,7 @@ from inboxd.app import Inboxd
 from inboxd.errors import InvalidRequest
 from inboxd.services.webhooks import check_url
 from inboxd.webhooks import VerificationError, verify
-from tests.conftest import Clock, Harness, send_mail
+from tests.conftest import Clock, Harness, free_port, send_mail
 from tests.webhook_receiver import Receiver
 
 Start = Callable[..., Awaitable[Harness]]
@@ -506,7 +506,7 @@ async def test_failure_kinds_are_recorded_with_status_zero(start: Start, receive
     untrusted = Receiver.create(tmp_path / "untrusted")  # a certificate from a CA inboxd does not trust
     await untrusted.start()
     try:
-        refused_port = await _free_port()
+        refused_port = free_port()
         hooks = {
             "timeout": await create_webhook(h, receiver.url()),
             "connection_error": await create_webhook(h, f"https://127.0.0.1:{refused_port}/"),
@@ -523,14 +523,6 @@ async def test_failure_kinds_are_recorded_with_status_zero(start: Start, receive
     finally:
         await untrusted.stop()
     assert untrusted.requests == []
-
-
-async def _free_port() -> int:
-    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-    port: int = server.sockets[0].getsockname()[1]
-    server.close()
-    await server.wait_closed()
-    return port
 
 
 # --- the address guard ----------------------------------------------------------------------

@@ -7,21 +7,13 @@ import json
 import os
 import signal
 import smtplib
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-from tests.conftest import send_mail
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from tests.conftest import free_port, send_mail
 
 
 def _children(pid: int) -> set[int]:
@@ -70,7 +62,7 @@ def _deliver(port: int) -> None:
 
 
 def test_workers_share_the_ports_restart_and_stop(tmp_path: Path) -> None:
-    http, smtp, submission = _free_port(), _free_port(), _free_port()
+    http, smtp, submission = free_port(), free_port(), free_port()
     env = {
         **os.environ,
         "INBOXD_DATA_DIR": str(tmp_path),
