@@ -203,7 +203,7 @@ class Inboxd:
         webhooks.start()
         stack.push_async_callback(webhooks.stop)
         self._indexer = indexer = SearchIndexer(db, bus, clock=self.clock)
-        services.ingest.on_stored(indexer.wake)
+        services.ingest.on_stored(indexer.took)
         indexer.start()
         stack.push_async_callback(indexer.stop)
         tls = self._smtp_tls()

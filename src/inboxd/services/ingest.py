@@ -25,6 +25,7 @@ from inboxd.services.recipients import RecipientCache
 from inboxd.store import custom_domains as domain_store
 from inboxd.store import mailboxes as mailbox_store
 from inboxd.store import messages as message_store
+from inboxd.store import search
 from inboxd.store import webhooks as webhook_store
 from inboxd.store.db import Database, Tx
 
@@ -79,7 +80,7 @@ class IngestService:
         self._clock = clock
         self._is_public = public_domains
         self._job_listeners: list[Callable[[], None]] = []
-        self._stored_listeners: list[Callable[[Sequence[str]], None]] = []
+        self._stored_listeners: list[Callable[[Sequence[search.Source]], None]] = []
         self._recipients = RecipientCache(clock=clock, ttl=settings.recipient_cache_ttl)
         bus.on_changed(self._recipients.clear)
 
@@ -87,9 +88,9 @@ class IngestService:
         """Called after a commit that queued webhook jobs (the worker wakes at once)."""
         self._job_listeners.append(listener)
 
-    def on_stored(self, listener: Callable[[Sequence[str]], None]) -> None:
-        """Called with the new message ids after every commit that stored mail (the search
-        indexer of this process indexes them at once)."""
+    def on_stored(self, listener: Callable[[Sequence[search.Source]], None]) -> None:
+        """Called after every commit that stored mail, with what the search index needs of each
+        new copy (this process's indexer takes them at once, without reading them back)."""
         self._stored_listeners.append(listener)
 
     def cached(self, address: str, *, declared_size: int | None = None) -> Recipient | None:
@@ -159,13 +160,17 @@ class IngestService:
         for recipient in recipients:
             self._recipients.charge(recipient.mailbox.id, size)
         await self._bus.publish(events)
-        ids = [c.id for c in copies]
-        for stored in self._stored_listeners:
-            stored(ids)
+        if self._stored_listeners:
+            stored = [
+                search.Source(c.id, compressed, c.subject, c.from_, c.sender, addresses[c.mailbox_id], kept)
+                for c in copies
+            ]
+            for took in self._stored_listeners:
+                took(stored)
         if queued:
-            for listener in self._job_listeners:
-                listener()
-        return ids
+            for wake in self._job_listeners:
+                wake()
+        return [c.id for c in copies]
 
     def _copy(self, recipient: Recipient, summary: Summary, *, sender: str, size: int, now: float) -> MessageSummary:
         retention = self._settings.retention_pro if recipient.plan == "pro" else self._settings.retention_free

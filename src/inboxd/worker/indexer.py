@@ -37,6 +37,10 @@ BATCH = 200
 POLL_INTERVAL = 5.0
 SETTLE = 10.0
 OWN_LIMIT = 100_000
+# Sources ingest hands over with the ids (so the indexer need not read them back) are kept up to
+# this many bytes in all, each up to SOURCE_BYTES compressed; beyond, only the id is kept.
+KEPT_BYTES = 8 * 1024 * 1024
+SOURCE_BYTES = 64 * 1024
 BODY_CHARS = 256 * 1024
 # The body's words come from its first BODY_CHARS characters, so no more than this much of its
 # encoded payload is decoded (base64 and 4-byte UTF-8 fit 256 Ki characters in it).
@@ -85,15 +89,37 @@ class SearchIndexer:
         self._interval = interval
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        # Ids of mail this process stored and has not indexed yet; a message whose id is lost from
-        # here (the set is capped) is indexed all the same once settled.
-        self._own: dict[str, None] = {}
+        # Ids of mail this process stored and has not indexed yet, with the source ingest handed
+        # over when it kept it; a message whose id is lost from here (the set is capped) is indexed
+        # all the same once settled.
+        self._own: dict[str, search.Source | None] = {}
+        self._kept_bytes = 0
 
     def wake(self, message_ids: Sequence[str] = ()) -> None:
         for message_id in message_ids:
             if len(self._own) < OWN_LIMIT:
-                self._own[message_id] = None
+                self._own.setdefault(message_id, None)
         self._wake.set()
+
+    def took(self, stored: Sequence[search.Source]) -> None:
+        """Mail this process just stored, with what the index needs of it (ingest's `on_stored`):
+        small sources are kept, so indexing them reads nothing back from the database."""
+        for source in stored:
+            size = len(source.compressed)
+            if len(self._own) >= OWN_LIMIT:
+                break
+            if size <= SOURCE_BYTES and self._kept_bytes + size <= KEPT_BYTES:
+                self._own[source.message_id] = source
+                self._kept_bytes += size
+            else:
+                self._own.setdefault(source.message_id, None)
+        self._wake.set()
+
+    def _take(self, message_id: str) -> search.Source | None:
+        source = self._own.pop(message_id, None)
+        if source is not None:
+            self._kept_bytes -= len(source.compressed)
+        return source
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -128,18 +154,20 @@ class SearchIndexer:
         """Index one batch of waiting messages (this process's own and settled ones, or with
         `everything` any); returns how many were waiting."""
         own = list(itertools.islice(self._own, self._batch))
-        for message_id in own:
-            del self._own[message_id]
+        kept = {message_id: self._take(message_id) for message_id in own}
         settled = None if everything else self._clock() - SETTLE
         waiting = await self._db.read(partial(search.pending, limit=self._batch, own=own, settled_before=settled))
         if len(waiting) == self._batch:  # older mail filled the batch: these come next
             taken = {p.id for p in waiting}
-            self._own.update(dict.fromkeys(i for i in own if i not in taken))
+            self.took([s for i, s in kept.items() if i not in taken and s is not None])
+            self.wake([i for i, s in kept.items() if i not in taken and s is None])
         if not waiting:
             return 0
         pending_of = {p.id: p for p in waiting}
-        docs: list[search.Doc] = []
-        for chunk in _chunks(waiting):
+        # Handed over by ingest (still there and unindexed, as `pending` just said), or read back.
+        rows = [source for p in waiting if (source := kept.get(p.id)) is not None]
+        docs = await asyncio.to_thread(_build_all, rows, pending_of) if rows else []
+        for chunk in _chunks([p for p in waiting if kept.get(p.id) is None]):
             rows = await self._db.read_large(partial(search.sources, message_ids=chunk))
             docs += await asyncio.to_thread(_build_all, rows, pending_of)
         # Deleted meanwhile, or unparseable: nothing to index, and not worth another try.
@@ -153,10 +181,10 @@ class SearchIndexer:
 
 
 def _chunks(waiting: Sequence[search.Pending]) -> list[list[str]]:
-    chunks: list[list[str]] = [[]]
+    chunks: list[list[str]] = []
     size = 0
     for item in waiting:
-        if chunks[-1] and size + item.size > CHUNK_BYTES:
+        if not chunks or (chunks[-1] and size + item.size > CHUNK_BYTES):
             chunks.append([])
             size = 0
         chunks[-1].append(item.id)
