@@ -242,7 +242,7 @@ WITH claimed AS (
 INSERT INTO message_search (message_id, mailbox_id, recipients, has_attachments, terms)
 SELECT d.message_id, d.mailbox_id, d.recipients, d.has_attachments,
        array_to_tsvector(ARRAY(
-           SELECT w FROM regexp_split_to_table(btrim(d.terms), ' +') AS w WHERE length(w) <= {MAX_TERM_CHARS}
+           SELECT w FROM unnest(string_to_array(d.terms, ' ')) AS w WHERE w <> '' AND length(w) <= {MAX_TERM_CHARS}
        ))
 FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS smallint[]), CAST(? AS text[]))
      AS d(message_id, mailbox_id, recipients, has_attachments, terms)
