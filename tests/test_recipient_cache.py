@@ -5,10 +5,12 @@ user and domain changes made through the services reach the cache at once."""
 from __future__ import annotations
 
 import smtplib
+from functools import partial
 from typing import Any
 
 import pytest
 
+from inboxd.store import mailboxes as mailbox_store
 from inboxd.store.db import Tx
 from tests.conftest import Harness, simple_message
 
@@ -57,6 +59,19 @@ async def test_a_refusal_is_always_current(harness: Harness) -> None:
         await harness.send(box["address"])
     await behind_the_servers_back(harness, "UPDATE mailboxes SET used = 0 WHERE id = ?", box["id"])
     assert await harness.send(box["address"]) == {}
+
+
+async def test_a_mailbox_deleted_behind_the_cache_is_refused_at_data_as_unknown(harness: Harness) -> None:
+    """Another process deleted it and this one has not heard yet: RCPT accepts from memory, and
+    the commit, finding no mailbox to charge, answers 550 5.1.1 rather than "mailbox full"."""
+    box = await harness.new_mailbox()
+    await harness.send(box["address"])
+    db = harness.server._db
+    assert db is not None
+    await db.write(partial(mailbox_store.delete, mailbox_id=box["id"]))
+    with pytest.raises(smtplib.SMTPDataError) as refused:
+        await harness.send(box["address"])
+    assert refused.value.smtp_code == 550 and b"5.1.1" in refused.value.smtp_error
 
 
 async def test_a_deleted_mailbox_refuses_at_once(harness: Harness) -> None:

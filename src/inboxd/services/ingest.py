@@ -204,6 +204,15 @@ def _refusal(found: mailbox_store.RecipientRow, declared_size: int | None, *, us
     return None
 
 
+async def _refusal_at_commit(tx: Tx, items: Sequence[message_store.NewMessage]) -> MessageRejected:
+    """Why the quota charge refused the message: a mailbox deleted since RCPT accepted it (another
+    process's recipient cache may not have heard of the deletion yet: 5.1.1), else a full one."""
+    ids = sorted({item.summary.mailbox_id for item in items})
+    if await mailbox_store.count_existing(tx, ids) < len(ids):
+        return MessageRejected(code="unknown_recipient")
+    return MessageRejected(code="mailbox_full")
+
+
 def _prepare(raw: bytes | bytearray) -> tuple[Summary, bytes]:
     """The summary and the compressed bytes of one message (pure; may run in a thread)."""
     return parse_summary(raw), compress(raw)
@@ -239,13 +248,13 @@ async def _store(
     if tx.dialect == "postgresql":  # the same in one round trip
         rows = await message_store.insert_charged(tx, items, hook_users=users)
         if rows is None:
-            raise MessageRejected(code="mailbox_full")
+            raise await _refusal_at_commit(tx, items)
         hooks = webhook_store.subscribed(rows, EMAIL_RECEIVED)
     else:
         for item in items:
             if not await message_store.charge(tx, item.summary.mailbox_id, item.summary.size):
                 # One full mailbox refuses the message for all: SMTP has one reply to DATA.
-                raise MessageRejected(code="mailbox_full")
+                raise await _refusal_at_commit(tx, items)
         await message_store.insert_many(tx, items)
         hooks = await webhook_store.active_ids_for_users(tx, users, EMAIL_RECEIVED)
     jobs = []

@@ -6,7 +6,8 @@ moment). Under load most RCPTs name a mailbox seen a moment ago, so the answer i
 is trusted in one direction only: to accept. Anything it would refuse (a full mailbox, a
 suspended owner, a domain no longer verified) is looked up again, so a refusal is always
 current. An acceptance is checked once more where it counts: the commit at the end of DATA charges
-the quota in SQL and refuses the message (552) when it would not fit.
+the quota in SQL and refuses the message when it would not fit (552), or when the mailbox is gone
+(550 5.1.1).
 
 What keeps an acceptance true:
 - this process's own deliveries add their bytes to the cached `used` as they commit;

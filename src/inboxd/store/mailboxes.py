@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from inboxd.model import Mailbox
@@ -57,6 +58,12 @@ async def get_by_address(tx: Tx, address: str) -> Mailbox | None:
 async def get_auth(tx: Tx, address: str) -> tuple[Mailbox, str] | None:
     row = await tx.fetchrow(f"SELECT {COLUMNS}, auth_hash FROM mailboxes WHERE address = ?", address)
     return None if row is None else (mailbox_from(row), row["auth_hash"])
+
+
+async def count_existing(tx: Tx, mailbox_ids: Sequence[str]) -> int:
+    """How many of these mailboxes exist."""
+    marks = ", ".join("?" for _ in mailbox_ids)
+    return int(await tx.fetchval(f"SELECT COUNT(*) FROM mailboxes WHERE id IN ({marks})", *mailbox_ids))
 
 
 async def count_for_user(tx: Tx, user_id: str) -> int:
