@@ -14,10 +14,12 @@ from inboxd.store import mailboxes as mailbox_store
 from inboxd.store.db import Tx
 from tests.conftest import Harness, simple_message
 
-TTL = 2.0  # the default INBOXD_RECIPIENT_CACHE_TTL
+
+def ttl(harness: Harness) -> float:
+    return harness.server.settings.recipient_cache_ttl
 
 
-def refusal(harness: Harness, exc: pytest.ExceptionInfo[smtplib.SMTPRecipientsRefused], address: str) -> str:
+def refusal(exc: pytest.ExceptionInfo[smtplib.SMTPRecipientsRefused], address: str) -> str:
     code, text = exc.value.recipients[address]
     return f"{code} {text.decode()}"
 
@@ -43,10 +45,10 @@ async def test_a_mailbox_seen_moments_ago_is_accepted_from_memory_and_data_still
         await harness.send(box["address"])
     assert refused.value.smtp_code == 552 and b"5.2.2" in refused.value.smtp_error
     # Once the entry is older than the TTL, RCPT looks again and refuses.
-    harness.clock.advance(TTL)
+    harness.clock.advance(ttl(harness))
     with pytest.raises(smtplib.SMTPRecipientsRefused) as at_rcpt:
         await harness.send(box["address"])
-    assert refusal(harness, at_rcpt, box["address"]).startswith("552 5.2.2")
+    assert refusal(at_rcpt, box["address"]).startswith("552 5.2.2")
     listed = await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth(box["token"]))
     assert len(listed.json()["messages"]) == 1
 
@@ -81,7 +83,7 @@ async def test_a_deleted_mailbox_refuses_at_once(harness: Harness) -> None:
     assert deleted.status_code == 204
     with pytest.raises(smtplib.SMTPRecipientsRefused) as refused:
         await harness.send(box["address"])
-    assert refusal(harness, refused, box["address"]).startswith("550 5.1.1")
+    assert refusal(refused, box["address"]).startswith("550 5.1.1")
 
 
 async def test_a_suspended_owner_refuses_at_once_and_reactivation_takes_mail_again(harness: Harness) -> None:
@@ -92,7 +94,7 @@ async def test_a_suspended_owner_refuses_at_once_and_reactivation_takes_mail_aga
     await users.set_user("cached@example.test", status="suspended")
     with pytest.raises(smtplib.SMTPRecipientsRefused) as refused:
         await harness.send(box["address"])
-    assert refusal(harness, refused, box["address"]).startswith("550 5.2.1")
+    assert refusal(refused, box["address"]).startswith("550 5.2.1")
     await users.set_user("cached@example.test", status="active")
     assert await harness.send(box["address"]) == {}
 
@@ -120,10 +122,10 @@ async def test_a_change_made_elsewhere_is_seen_within_the_ttl(harness: Harness) 
         harness, "UPDATE users SET status = 'suspended' WHERE email = ?", "elsewhere@example.test"
     )
     assert await harness.send(box["address"]) == {}  # within the TTL: still accepted, and stored
-    harness.clock.advance(TTL)
+    harness.clock.advance(ttl(harness))
     with pytest.raises(smtplib.SMTPRecipientsRefused) as refused:
         await harness.send(box["address"])
-    assert refusal(harness, refused, box["address"]).startswith("550 5.2.1")
+    assert refusal(refused, box["address"]).startswith("550 5.2.1")
 
 
 async def test_ttl_zero_turns_the_cache_off(make_settings: Any, clock: Any) -> None:

@@ -355,10 +355,12 @@ class RecordingTransport:
 
     def __init__(self) -> None:
         self.writes: list[bytes] = []
+        self.written: asyncio.Queue[bytes] = asyncio.Queue()
         self.closed = False
 
     def write(self, data: bytes) -> None:
         self.writes.append(bytes(data))
+        self.written.put_nowait(bytes(data))
 
     def is_closing(self) -> bool:
         return self.closed
@@ -398,10 +400,9 @@ async def test_pipelined_commands_get_their_replies_in_one_write(harness: Harnes
     assert len(transport.writes) == 1
     assert [line[:3] for line in transport.writes[0].split(b"\r\n")[:-1]] == [b"250", b"250", b"354"]
     # The 250 after DATA goes out with the replies to what was pipelined behind the message.
+    transport.written = asyncio.Queue()
     session.data_received(b"Subject: s\r\n\r\nbody\r\n.\r\nRSET\r\nNOOP\r\n")
-    async with asyncio.timeout(10):
-        while not transport.writes[1:]:
-            await asyncio.sleep(0.01)
+    await asyncio.wait_for(transport.written.get(), 10)  # once the commit is done
     assert len(transport.writes) == 2
     assert [line[:3] for line in transport.writes[1].split(b"\r\n")[:-1]] == [b"250", b"250", b"250"]
     session.connection_lost(None)

@@ -50,8 +50,8 @@ async def _with_db(settings: Settings, action: Callable[[Database], Awaitable[T]
 
 
 def _users(db: Database) -> UserService:
-    # A bus of its own: running servers see a change made here once their recipient cache's
-    # entries are a few seconds old (services/recipients.py), not through an announcement.
+    # A bus of its own: running servers see a change made here once what they keep in memory of
+    # users, tokens and mailboxes is a few seconds old (services/users.py, services/recipients.py).
     return UserService(db, clock=time.time, bus=LocalBus())
 
 

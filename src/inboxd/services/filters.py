@@ -18,8 +18,6 @@ from inboxd.errors import InvalidRequest
 from inboxd.model import MessageFilter, Term
 from inboxd.store.search import MAX_TERM_CHARS
 
-# Longer runs are base64, hashes and the like: nobody searches for them, and PostgreSQL caps a
-# lexeme at 2 KiB.
 MAX_QUERY_CHARS = 1000
 MAX_QUERY_TERMS = 32
 MAX_TIMEOUT = 60.0

@@ -76,6 +76,3 @@ class RecipientCache:
     def clear(self) -> None:
         self._ids.clear()
         self._rows.clear()
-
-    def __len__(self) -> int:
-        return len(self._ids)

@@ -648,7 +648,7 @@ class _Session(asyncio.Protocol):
             proto += "A"
         # RFC 5321 4.4: the recipient path as sent, when there is exactly one (never the sandbox's own address).
         single = f"\r\n\tfor <{self.envelope[0]}>" if len(self.envelope) == 1 else ""
-        stamp = _date_now()
+        stamp = _date_of(int(time.time()))
         helo = (self.helo or "unknown").replace("\r", "").replace("\n", "")
         return (
             f"Received: from {helo} ([{self.peer}])\r\n\tby {self.server.hostname} (inboxd) with {proto} "
@@ -895,10 +895,6 @@ class _Message:
             offset += len(chunk)
             del view, piece, chunk
         return out
-
-
-def _date_now() -> str:
-    return _date_of(int(time.time()))
 
 
 @functools.lru_cache(maxsize=2)

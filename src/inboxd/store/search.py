@@ -40,7 +40,8 @@ class Doc:
     words: str  # services/filters.py `index_words`: words separated by spaces
 
 
-# The longest word the index answers for: longer ones are in no query (services/filters.py).
+# The longest word the index answers for: longer runs are base64, hashes and the like, nobody
+# searches for them (no query names them, services/filters.py), and PostgreSQL caps a lexeme at 2 KiB.
 MAX_TERM_CHARS = 64
 # Up to this many full-text matches in a mailbox, PostgreSQL sorts them; beyond, it walks the list.
 FEW_MATCHES = 2000
@@ -251,6 +252,11 @@ RETURNING mailbox_id
 """
 
 
+def _indexed_text(doc: Doc) -> str:
+    """The words the index keeps for a message: its mailbox's own word first."""
+    return f"{mailbox_term(doc.mailbox_id)} {doc.words}"
+
+
 async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
     """Write the rows of messages still live and not yet indexed; returns their mailbox ids."""
     if tx.dialect == "postgresql":
@@ -264,7 +270,7 @@ async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
             [d.mailbox_id for d in docs],
             [d.recipients for d in docs],
             [1 if d.has_attachments else 0 for d in docs],
-            [f"{mailbox_term(d.mailbox_id)} {d.words}" for d in docs],
+            [_indexed_text(d) for d in docs],
         )
         return [r[0] for r in rows]
     done: list[str] = []
@@ -287,11 +293,7 @@ async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
             doc.recipients,
             1 if doc.has_attachments else 0,
         )
-        await tx.execute(
-            "INSERT INTO message_fts (rowid, terms) VALUES (?, ?)",
-            doc_id,
-            f"{mailbox_term(doc.mailbox_id)} {doc.words}",
-        )
+        await tx.execute("INSERT INTO message_fts (rowid, terms) VALUES (?, ?)", doc_id, _indexed_text(doc))
         done.append(doc.mailbox_id)
     return done
 
