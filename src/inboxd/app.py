@@ -341,6 +341,9 @@ class Inboxd:
         config = uvicorn.Config(
             build_asgi(services, metrics=self.metrics),
             lifespan="off",
+            # uvicorn's own logging set-up would give its loggers handlers and formats of their own,
+            # past `logs.configure`'s redaction and escaping: its lines go through ours instead.
+            log_config=None,
             log_level=settings.log_level,
             access_log=False,
             http="httptools",
