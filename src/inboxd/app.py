@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -76,19 +77,54 @@ async def open_database(settings: Settings, *, migrating: migrate.PendingUpgrade
     return SqliteDatabase(url.removeprefix("sqlite:///"))
 
 
-def _bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if reuse_port:
-        # `--workers N`: every worker listens on the same port; the kernel spreads connections.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    # Accepted connections inherit this on Linux: without it, Nagle holds a response body that
-    # follows its headers until the client's delayed ACK, 40 ms per request.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.listen(1024)
-    sock.setblocking(False)
+class ListenError(RuntimeError):
+    """A listener that cannot be opened; the message is one line naming the setting to change."""
+
+
+# Each listener: its name in messages, and the settings of its port and host.
+_LISTENERS = {
+    "http": ("HTTP", "INBOXD_HTTP_PORT", "INBOXD_HTTP_HOST"),
+    "smtp": ("SMTP", "INBOXD_SMTP_PORT", "INBOXD_SMTP_HOST"),
+    "submission": ("submission", "INBOXD_SUBMISSION_PORT", "INBOXD_SUBMISSION_HOST"),
+    "submissions": ("implicit-TLS submission", "INBOXD_SUBMISSIONS_PORT", "INBOXD_SUBMISSION_HOST"),
+}
+
+
+def _bind(host: str, port: int, *, listener: str, reuse_port: bool = False) -> socket.socket:
+    sock: socket.socket | None = None
+    try:
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            # `--workers N`: every worker listens on the same port; the kernel spreads connections.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        # Accepted connections inherit this on Linux: without it, Nagle holds a response body that
+        # follows its headers until the client's delayed ACK, 40 ms per request.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError as exc:
+        if sock is not None:
+            sock.close()
+        raise ListenError(_listen_failure(exc, host=host, port=port, listener=listener)) from exc
     return sock
+
+
+def _listen_failure(exc: OSError, *, host: str, port: int, listener: str) -> str:
+    """One line: what could not listen where, why, and which setting to change."""
+    what, port_setting, host_setting = _LISTENERS[listener]
+    where = f"{what} port {port} on {host}"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"{where} is already in use (another inboxd, or another program, listens there): "
+            f"set {port_setting} to a free port, or stop that program"
+        )
+    if exc.errno == errno.EACCES:
+        return f"{where} needs privileges (root or CAP_NET_BIND_SERVICE below 1024): set {port_setting} above 1023"
+    if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+        return f"{what} host {host} is not an address of this machine: set {host_setting}"
+    return f"{where} cannot be opened ({exc.strerror or exc}): check {host_setting} and {port_setting}"
 
 
 class Inboxd:
@@ -210,7 +246,7 @@ class Inboxd:
         self._smtp = smtp = SmtpServer(
             services.ingest, settings=settings, tls=tls, metrics=self.metrics, space=services.space
         )
-        await smtp.start(_bind(settings.smtp_host, settings.smtp_port, reuse_port=settings.reuse_port))
+        await smtp.start(_bind(settings.smtp_host, settings.smtp_port, listener="smtp", reuse_port=settings.reuse_port))
         stack.push_async_callback(smtp.stop)
         await self._start_submission(services, tls)
         await self._start_http(services)
@@ -235,12 +271,17 @@ class Inboxd:
             services.ingest, settings=settings, tls=tls, hooks=hooks, metrics=self.metrics, space=services.space
         )
         await submission.start(
-            _bind(settings.submission_host, settings.submission_port, reuse_port=settings.reuse_port)
+            _bind(
+                settings.submission_host,
+                settings.submission_port,
+                listener="submission",
+                reuse_port=settings.reuse_port,
+            )
         )
         self._stack.push_async_callback(submission.stop)
         if settings.submissions_port is not None:
             if tls is None:
-                raise RuntimeError("INBOXD_SUBMISSIONS_PORT needs INBOXD_TLS_CERT and INBOXD_TLS_KEY")
+                raise ListenError("INBOXD_SUBMISSIONS_PORT needs INBOXD_TLS_CERT and INBOXD_TLS_KEY")
             self._submissions = implicit = SmtpServer(
                 services.ingest,
                 settings=settings,
@@ -251,7 +292,12 @@ class Inboxd:
                 space=services.space,
             )
             await implicit.start(
-                _bind(settings.submission_host, settings.submissions_port, reuse_port=settings.reuse_port)
+                _bind(
+                    settings.submission_host,
+                    settings.submissions_port,
+                    listener="submissions",
+                    reuse_port=settings.reuse_port,
+                )
             )
             self._stack.push_async_callback(implicit.stop)
         services.sandboxes.listening(port=self.submission_port, tls_port=self.submissions_port)
@@ -337,7 +383,7 @@ class Inboxd:
 
     async def _start_http(self, services: Services) -> None:
         settings = self.settings
-        self._http_sock = _bind(settings.http_host, settings.http_port, reuse_port=settings.reuse_port)
+        self._http_sock = _bind(settings.http_host, settings.http_port, listener="http", reuse_port=settings.reuse_port)
         config = uvicorn.Config(
             build_asgi(services, metrics=self.metrics),
             lifespan="off",
