@@ -77,8 +77,9 @@ async def open_database(settings: Settings, *, migrating: migrate.PendingUpgrade
     return SqliteDatabase(url.removeprefix("sqlite:///"))
 
 
-class ListenError(RuntimeError):
-    """A listener that cannot be opened; the message is one line naming the setting to change."""
+class ListenError(OSError):
+    """A listener that cannot be opened; the message is one line naming the setting to change.
+    An `OSError`, as the failed bind it stands for."""
 
 
 # Each listener: its name in messages, and the settings of its port and host.
