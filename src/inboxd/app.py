@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from inboxd.api.app import build_asgi
+from inboxd.api.operations import metrics_app
 from inboxd.config import Settings
 from inboxd.dns import DnsLookup
 from inboxd.events import EventBus, LocalBus
@@ -88,6 +89,7 @@ _LISTENERS = {
     "smtp": ("SMTP", "INBOXD_SMTP_PORT", "INBOXD_SMTP_HOST"),
     "submission": ("submission", "INBOXD_SUBMISSION_PORT", "INBOXD_SUBMISSION_HOST"),
     "submissions": ("implicit-TLS submission", "INBOXD_SUBMISSIONS_PORT", "INBOXD_SUBMISSION_HOST"),
+    "metrics": ("metrics", "INBOXD_METRICS_LISTEN", "INBOXD_METRICS_LISTEN"),
 }
 
 
@@ -128,6 +130,18 @@ def _listen_failure(exc: OSError, *, host: str, port: int, listener: str) -> str
     return f"{where} cannot be opened ({exc.strerror or exc}): check {host_setting} and {port_setting}"
 
 
+async def _serve_on(server: uvicorn.Server, sock: socket.socket) -> asyncio.Task[None]:
+    """Run a uvicorn server on a bound socket; return once it accepts connections."""
+    # `_serve` is `serve` without its signal capture: the process owner handles signals.
+    task = asyncio.get_running_loop().create_task(server._serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("the HTTP server stopped during start-up")
+        await asyncio.sleep(0.005)
+    return task
+
+
 class Inboxd:
     """One running inboxd: `await start()`, then `await stop()` (or `async with`)."""
 
@@ -143,6 +157,8 @@ class Inboxd:
         self._migrating = migrating
         self.bootstrap_token: str | None = None
         self.bootstrap_link: str | None = None
+        # The `INBOXD_METRICS_LISTEN` listener's port, once it listens.
+        self.metrics_port: int | None = None
         self._db: Database | None = None
         self._bus: EventBus | None = None
         self._services: Services | None = None
@@ -251,6 +267,7 @@ class Inboxd:
         stack.push_async_callback(smtp.stop)
         await self._start_submission(services, tls)
         await self._start_http(services)
+        await self._start_metrics(services)
         log.info(
             "inboxd listening: HTTP %s:%d, SMTP %s:%d, submission %s:%d",
             settings.http_host,
@@ -408,13 +425,37 @@ class Inboxd:
         )
         self._http = uvicorn.Server(config)
         self._stack.push_async_callback(self._stop_http)
-        # `_serve` is `serve` without its signal capture: the process owner handles signals.
-        self._http_task = asyncio.get_running_loop().create_task(self._http._serve(sockets=[self._http_sock]))
-        while not self._http.started:
-            if self._http_task.done():
-                self._http_task.result()
-                raise RuntimeError("the HTTP server stopped during start-up")
-            await asyncio.sleep(0.005)
+        self._http_task = await _serve_on(self._http, self._http_sock)
+
+    async def _start_metrics(self, services: Services) -> None:
+        """`INBOXD_METRICS_LISTEN`: `/metrics` on an address of its own (the main port answers 404)."""
+        address = self.settings.metrics_address
+        if address is None:
+            return
+        # Under `--workers N` every worker listens here too, and any one answers for all (multiprocess).
+        sock = _bind(*address, listener="metrics", reuse_port=self.settings.reuse_port)
+        server = uvicorn.Server(
+            uvicorn.Config(
+                metrics_app(services, metrics=self.metrics),
+                lifespan="off",
+                log_config=None,
+                log_level=self.settings.log_level,
+                access_log=False,
+                http="httptools",
+                ws="none",
+                server_header=False,
+                proxy_headers=False,
+            )
+        )
+        task = await _serve_on(server, sock)
+        self.metrics_port = int(sock.getsockname()[1])
+
+        async def stop() -> None:
+            server.should_exit = True
+            with contextlib.suppress(Exception):
+                await task
+
+        self._stack.push_async_callback(stop)
 
     async def _bootstrap(self) -> None:
         """First start on an empty database: an admin Pro user and one token, shown once."""
@@ -466,7 +507,8 @@ async def serve(settings: Settings, *, migrating: migrate.PendingUpgrade | None 
     http = f"http://{settings.http_host}:{server.http_port}"
     print(
         f"inboxd: HTTP on {http}  SMTP on {settings.smtp_host}:{server.smtp_port}"
-        f"  submission on {settings.submission_host}:{server.submission_port}",
+        f"  submission on {settings.submission_host}:{server.submission_port}"
+        + (f"  metrics on {settings.metrics_address[0]}:{server.metrics_port}" if settings.metrics_address else ""),
         flush=True,
     )
     if server.bootstrap_token:
