@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import smtplib
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,37 @@ async def test_metrics_add_up_over_processes(tmp_path: Path) -> None:
     finally:
         for server in servers:
             await server.stop()
+
+
+async def test_what_answers_without_authentication(tmp_path: Path) -> None:
+    """`/api/openapi.json` and `/api/docs` are public and describe the API, not this instance's
+    data. `INBOXD_METRICS_LISTEN` moves `/metrics` to an address of its own (the main port
+    answers 404), where `INBOXD_METRICS_TOKEN`, when set, is still required."""
+    server = await ServerProcess.start(
+        tmp_path / "data",
+        INBOXD_METRICS_LISTEN="127.0.0.1:0",
+        INBOXD_METRICS_TOKEN="metrics-secret-value",
+        INBOXD_PRO_CREATE_INTERVAL="0",
+    )
+    try:
+        found = re.search(r"metrics on 127\.0\.0\.1:(\d+)", "".join(server.output))
+        assert found, server.output
+        assert server.bootstrap_token is not None
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}", timeout=30) as http:
+            box = await _mailbox(http, server.bootstrap_token, "private-box")
+            bearer = {"Authorization": "Bearer metrics-secret-value"}
+            assert (await http.get("/metrics", headers=bearer)).status_code == 404
+            spec = await http.get("/api/openapi.json")
+            docs = await http.get("/api/docs")
+        assert spec.status_code == 200 and docs.status_code == 200
+        for public in (spec.text, docs.text):
+            assert box["address"] not in public and "private-box" not in public
+            assert "metrics-secret-value" not in public and server.bootstrap_token not in public
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{found.group(1)}", timeout=30) as metrics:
+            assert (await metrics.get("/metrics")).status_code == 401
+            scraped = await metrics.get("/metrics", headers=bearer)
+            assert scraped.status_code == 200 and "inboxd_http_requests_total" in scraped.text
+            assert (await metrics.get("/api/openapi.json")).status_code == 404  # /metrics alone
+            assert (await metrics.get("/healthz")).status_code == 404
+    finally:
+        await server.stop()

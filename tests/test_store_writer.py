@@ -237,3 +237,69 @@ async def test_a_deadlock_with_another_process_is_retried_not_reported() -> None
         await second.close()
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[PostgresDatabase]:
+    schema = f"w_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'CREATE TABLE "{schema}".t (v TEXT PRIMARY KEY)')
+    pg_db = await PostgresDatabase.connect(PG_URL, schema=schema, size=4)
+    try:
+        yield pg_db
+    finally:
+        await asyncio.wait_for(pg_db.close(), 10)
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+async def test_a_terminated_writer_connection_fails_its_batch_at_once_and_writing_goes_on(
+    pg: PostgresDatabase,
+) -> None:
+    """pg_terminate_backend on the writer's connection mid-batch (an administrator, a failover):
+    that batch's callers hear a storage error at once, and the next batch runs on a new connection."""
+    backend: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def hold(tx: Tx) -> None:
+        backend.set_result(int(await tx.fetchval("SELECT pg_backend_pid()")))
+        await tx.execute("SELECT pg_sleep(60)")
+
+    held = asyncio.get_running_loop().create_task(pg.write(hold))
+    pid = await asyncio.wait_for(backend, 10)
+    queued = asyncio.get_running_loop().create_task(pg.write(insert("queued")))
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+    with pytest.raises(StorageError):
+        await asyncio.wait_for(held, 5)
+    await asyncio.wait_for(queued, 5)
+    await asyncio.wait_for(pg.write(insert("after")), 5)
+    assert await committed_values(pg) == ["after", "queued"]
+
+
+async def test_a_writer_task_that_dies_fails_every_write_at_once(pg: PostgresDatabase) -> None:
+    """A unit of work that raises a BaseException (here CancelledError, as one awaiting something
+    that was cancelled would) ends the writer task. Its batch, the writes queued behind it and
+    every later write fail at once with a storage error that says so, instead of waiting for
+    good for a COMMIT that will never come (before, each of them hung)."""
+    release = asyncio.Event()
+    started = asyncio.Event()
+
+    async def dying(tx: Tx) -> None:
+        await tx.execute("INSERT INTO t (v) VALUES (?)", "dying")
+        started.set()
+        await release.wait()
+        raise asyncio.CancelledError
+
+    loop = asyncio.get_running_loop()
+    first = loop.create_task(pg.write(dying))
+    await asyncio.wait_for(started.wait(), 10)
+    queued = [loop.create_task(pg.write(insert(f"q{n}"))) for n in range(3)]
+    await asyncio.sleep(0)  # every queued write is in the queue
+    release.set()
+    outcomes = await asyncio.wait_for(asyncio.gather(first, *queued, return_exceptions=True), 5)
+    assert all(isinstance(o, StorageError) for o in outcomes), outcomes
+    assert all("writer stopped" in str(o) for o in outcomes[1:]), outcomes
+    with pytest.raises(StorageError, match="writer stopped"):
+        await asyncio.wait_for(pg.write(insert("later")), 1)
+    assert await committed_values(pg) == []  # reads go on; nothing half-written was committed

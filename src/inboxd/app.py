@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from inboxd.api.app import build_asgi
+from inboxd.api.operations import metrics_app
 from inboxd.config import Settings
 from inboxd.dns import DnsLookup
 from inboxd.events import EventBus, LocalBus
@@ -76,19 +78,68 @@ async def open_database(settings: Settings, *, migrating: migrate.PendingUpgrade
     return SqliteDatabase(url.removeprefix("sqlite:///"))
 
 
-def _bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if reuse_port:
-        # `--workers N`: every worker listens on the same port; the kernel spreads connections.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    # Accepted connections inherit this on Linux: without it, Nagle holds a response body that
-    # follows its headers until the client's delayed ACK, 40 ms per request.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.listen(1024)
-    sock.setblocking(False)
+class ListenError(OSError):
+    """A listener that cannot be opened; the message is one line naming the setting to change.
+    An `OSError`, as the failed bind it stands for."""
+
+
+# Each listener: its name in messages, and the settings of its port and host.
+_LISTENERS = {
+    "http": ("HTTP", "INBOXD_HTTP_PORT", "INBOXD_HTTP_HOST"),
+    "smtp": ("SMTP", "INBOXD_SMTP_PORT", "INBOXD_SMTP_HOST"),
+    "submission": ("submission", "INBOXD_SUBMISSION_PORT", "INBOXD_SUBMISSION_HOST"),
+    "submissions": ("implicit-TLS submission", "INBOXD_SUBMISSIONS_PORT", "INBOXD_SUBMISSION_HOST"),
+    "metrics": ("metrics", "INBOXD_METRICS_LISTEN", "INBOXD_METRICS_LISTEN"),
+}
+
+
+def _bind(host: str, port: int, *, listener: str, reuse_port: bool = False) -> socket.socket:
+    sock: socket.socket | None = None
+    try:
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            # `--workers N`: every worker listens on the same port; the kernel spreads connections.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        # Accepted connections inherit this on Linux: without it, Nagle holds a response body that
+        # follows its headers until the client's delayed ACK, 40 ms per request.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError as exc:
+        if sock is not None:
+            sock.close()
+        raise ListenError(_listen_failure(exc, host=host, port=port, listener=listener)) from exc
     return sock
+
+
+def _listen_failure(exc: OSError, *, host: str, port: int, listener: str) -> str:
+    """One line: what could not listen where, why, and which setting to change."""
+    what, port_setting, host_setting = _LISTENERS[listener]
+    where = f"{what} port {port} on {host}"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"{where} is already in use (another inboxd, or another program, listens there): "
+            f"set {port_setting} to a free port, or stop that program"
+        )
+    if exc.errno == errno.EACCES:
+        return f"{where} needs privileges (root or CAP_NET_BIND_SERVICE below 1024): set {port_setting} above 1023"
+    if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+        return f"{what} host {host} is not an address of this machine: set {host_setting}"
+    return f"{where} cannot be opened ({exc.strerror or exc}): check {host_setting} and {port_setting}"
+
+
+async def _serve_on(server: uvicorn.Server, sock: socket.socket) -> asyncio.Task[None]:
+    """Run a uvicorn server on a bound socket; return once it accepts connections."""
+    # `_serve` is `serve` without its signal capture: the process owner handles signals.
+    task = asyncio.get_running_loop().create_task(server._serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("the HTTP server stopped during start-up")
+        await asyncio.sleep(0.005)
+    return task
 
 
 class Inboxd:
@@ -106,6 +157,8 @@ class Inboxd:
         self._migrating = migrating
         self.bootstrap_token: str | None = None
         self.bootstrap_link: str | None = None
+        # The `INBOXD_METRICS_LISTEN` listener's port, once it listens.
+        self.metrics_port: int | None = None
         self._db: Database | None = None
         self._bus: EventBus | None = None
         self._services: Services | None = None
@@ -210,10 +263,11 @@ class Inboxd:
         self._smtp = smtp = SmtpServer(
             services.ingest, settings=settings, tls=tls, metrics=self.metrics, space=services.space
         )
-        await smtp.start(_bind(settings.smtp_host, settings.smtp_port, reuse_port=settings.reuse_port))
+        await smtp.start(_bind(settings.smtp_host, settings.smtp_port, listener="smtp", reuse_port=settings.reuse_port))
         stack.push_async_callback(smtp.stop)
         await self._start_submission(services, tls)
         await self._start_http(services)
+        await self._start_metrics(services)
         log.info(
             "inboxd listening: HTTP %s:%d, SMTP %s:%d, submission %s:%d",
             settings.http_host,
@@ -235,12 +289,17 @@ class Inboxd:
             services.ingest, settings=settings, tls=tls, hooks=hooks, metrics=self.metrics, space=services.space
         )
         await submission.start(
-            _bind(settings.submission_host, settings.submission_port, reuse_port=settings.reuse_port)
+            _bind(
+                settings.submission_host,
+                settings.submission_port,
+                listener="submission",
+                reuse_port=settings.reuse_port,
+            )
         )
         self._stack.push_async_callback(submission.stop)
         if settings.submissions_port is not None:
             if tls is None:
-                raise RuntimeError("INBOXD_SUBMISSIONS_PORT needs INBOXD_TLS_CERT and INBOXD_TLS_KEY")
+                raise ListenError("INBOXD_SUBMISSIONS_PORT needs INBOXD_TLS_CERT and INBOXD_TLS_KEY")
             self._submissions = implicit = SmtpServer(
                 services.ingest,
                 settings=settings,
@@ -251,7 +310,12 @@ class Inboxd:
                 space=services.space,
             )
             await implicit.start(
-                _bind(settings.submission_host, settings.submissions_port, reuse_port=settings.reuse_port)
+                _bind(
+                    settings.submission_host,
+                    settings.submissions_port,
+                    listener="submissions",
+                    reuse_port=settings.reuse_port,
+                )
             )
             self._stack.push_async_callback(implicit.stop)
         services.sandboxes.listening(port=self.submission_port, tls_port=self.submissions_port)
@@ -337,10 +401,13 @@ class Inboxd:
 
     async def _start_http(self, services: Services) -> None:
         settings = self.settings
-        self._http_sock = _bind(settings.http_host, settings.http_port, reuse_port=settings.reuse_port)
+        self._http_sock = _bind(settings.http_host, settings.http_port, listener="http", reuse_port=settings.reuse_port)
         config = uvicorn.Config(
             build_asgi(services, metrics=self.metrics),
             lifespan="off",
+            # uvicorn's own logging set-up would give its loggers handlers and formats of their own,
+            # past `logs.configure`'s redaction and escaping: its lines go through ours instead.
+            log_config=None,
             log_level=settings.log_level,
             access_log=False,
             http="httptools",
@@ -358,13 +425,37 @@ class Inboxd:
         )
         self._http = uvicorn.Server(config)
         self._stack.push_async_callback(self._stop_http)
-        # `_serve` is `serve` without its signal capture: the process owner handles signals.
-        self._http_task = asyncio.get_running_loop().create_task(self._http._serve(sockets=[self._http_sock]))
-        while not self._http.started:
-            if self._http_task.done():
-                self._http_task.result()
-                raise RuntimeError("the HTTP server stopped during start-up")
-            await asyncio.sleep(0.005)
+        self._http_task = await _serve_on(self._http, self._http_sock)
+
+    async def _start_metrics(self, services: Services) -> None:
+        """`INBOXD_METRICS_LISTEN`: `/metrics` on an address of its own (the main port answers 404)."""
+        address = self.settings.metrics_address
+        if address is None:
+            return
+        # Under `--workers N` every worker listens here too, and any one answers for all (multiprocess).
+        sock = _bind(*address, listener="metrics", reuse_port=self.settings.reuse_port)
+        server = uvicorn.Server(
+            uvicorn.Config(
+                metrics_app(services, metrics=self.metrics),
+                lifespan="off",
+                log_config=None,
+                log_level=self.settings.log_level,
+                access_log=False,
+                http="httptools",
+                ws="none",
+                server_header=False,
+                proxy_headers=False,
+            )
+        )
+        task = await _serve_on(server, sock)
+        self.metrics_port = int(sock.getsockname()[1])
+
+        async def stop() -> None:
+            server.should_exit = True
+            with contextlib.suppress(Exception):
+                await task
+
+        self._stack.push_async_callback(stop)
 
     async def _bootstrap(self) -> None:
         """First start on an empty database: an admin Pro user and one token, shown once."""
@@ -416,7 +507,8 @@ async def serve(settings: Settings, *, migrating: migrate.PendingUpgrade | None 
     http = f"http://{settings.http_host}:{server.http_port}"
     print(
         f"inboxd: HTTP on {http}  SMTP on {settings.smtp_host}:{server.smtp_port}"
-        f"  submission on {settings.submission_host}:{server.submission_port}",
+        f"  submission on {settings.submission_host}:{server.submission_port}"
+        + (f"  metrics on {settings.metrics_address[0]}:{server.metrics_port}" if settings.metrics_address else ""),
         flush=True,
     )
     if server.bootstrap_token:

@@ -107,6 +107,7 @@ def serve(
     from inboxd.logs import configure
 
     configure(level=settings.log_level, fmt=settings.log_format)
+    from inboxd.app import ListenError
     from inboxd.app import serve as run_server
     from inboxd.keyring import SecretKeyError
 
@@ -114,6 +115,8 @@ def serve(
         _run(run_server(settings, migrating=migrating))
     except SecretKeyError as exc:
         raise click.ClickException(f"secret key: {exc}") from exc
+    except ListenError as exc:  # a port in use: one line naming the setting, not a traceback
+        raise click.ClickException(str(exc)) from exc
 
 
 @main.command("mcp")

@@ -173,6 +173,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # guard, and plain-HTTP webhooks for local development.
     log_format: Literal["text", "json"] = "text"
     metrics_token: str = ""
+    # `host:port` of a listener that serves `/metrics` alone (the main HTTP port then answers 404
+    # there), as Prometheus exporters offer; empty: `/metrics` is on the main HTTP port.
+    metrics_listen: str = ""
     min_free_bytes: int = 100 * 1000 * 1000
     webhook_allow_http: bool = False
 
@@ -185,6 +188,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         fix["signup_allow"] = [d.lstrip("@") for d in _domains(fix["signup_allow"])]  # type: ignore[arg-type]
         for name, value in fix.items():
             msgspec.structs.force_setattr(self, name, value)
+        if self.metrics_listen:
+            self.metrics_address  # noqa: B018 - a value that is not host:port stops the start here
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """`INBOXD_METRICS_LISTEN` as (host, port); None when unset."""
+        if not self.metrics_listen:
+            return None
+        host, _, port = self.metrics_listen.rpartition(":")
+        host = host.strip("[]")
+        if not host or not port.isdigit() or int(port) > 65535:
+            raise ValueError(f"INBOXD_METRICS_LISTEN: expected host:port, got {self.metrics_listen!r}")
+        return host, int(port)
 
     @property
     def resolved_database_url(self) -> str:

@@ -4,9 +4,15 @@
 `json` writes one JSON object per line for log shippers. A line logged while an HTTP request
 is handled carries that request's id (`request_id`), which the answer returns in `X-Request-ID`.
 
-Structured fields go in `extra={"fields": {...}}`. Nothing that logs here passes a token, a
-password, a webhook secret, an `Authorization` header or a query string; the tests grep for
-them.
+Structured fields go in `extra={"fields": {...}}`. Every line passes `scrub` on its way out,
+whoever logged it (uvicorn's WebSocket lines too):
+- secrets are redacted: the sign-in link's secret in `/auth/link/{secret}`, every value of a
+  query string (`?token=[redacted]`), and anything shaped like our API tokens (`ibx_…`),
+  webhook secrets (`whsec_…`) or mailbox tokens (a JWT);
+- control characters are escaped (`\\x0d`), so a request path holding CR/LF cannot write a second,
+  forged line into the text log; a traceback's own lines are indented under their record.
+Beyond that net, nothing that logs here passes a token, a password, a webhook secret or an
+`Authorization` header; the tests grep the logs of a real server for them.
 """
 
 from __future__ import annotations
@@ -14,17 +20,72 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import re
 import sys
 from typing import Any
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("inboxd_request_id", default="")
 
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+REDACTED = "[redacted]"
+
+# C0, DEL, C1 and the Unicode line and paragraph separators: each can end or rewrite a line in a
+# terminal or a line-based log reader.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_LINK_SECRET = re.compile(r"(/auth/link/)[^/?#\s\"']+", re.IGNORECASE)
+# A query string's values: only URLs carry `?name=value`, and none of their values is needed to
+# read a log, while some (an OAuth `code`, a token a client put there) are secrets.
+_QUERY_VALUE = re.compile(r"([?&;][^=&;?#\s\"']*=)[^&;#\s\"']+")
+# A secret-named member of JSON text (a WebSocket frame logged at debug level).
+_JSON_SECRET = re.compile(r'("(?:token|password|secret|csrf_token)"\s*:\s*")[^"]*"', re.IGNORECASE)
+_TOKEN_SHAPED = re.compile(
+    r"\b(ibx_)[A-Za-z0-9_-]{16,}"  # API tokens
+    r"|\b(whsec_)[A-Za-z0-9+/]{16,}={0,2}"  # webhook secrets
+    r"|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # mailbox tokens (JWT)
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _token(match: re.Match[str]) -> str:
+    return (match.group(1) or match.group(2) or "") + REDACTED
+
+
+def redact(text: str) -> str:
+    """`text` with the secrets it may hold replaced by `[redacted]` (see the module docstring)."""
+    # Each pattern runs only where a cheap look finds what it needs: this is on every request's line.
+    if "link/" in text.lower():
+        text = _LINK_SECRET.sub(r"\1" + REDACTED, text)
+    if "?" in text and "=" in text:
+        text = _QUERY_VALUE.sub(r"\1" + REDACTED, text)
+    if '":' in text or '" :' in text:
+        text = _JSON_SECRET.sub(r"\1" + REDACTED + '"', text)
+    if "ibx_" in text or "whsec_" in text or "eyJ" in text:
+        text = _TOKEN_SHAPED.sub(_token, text)
+    return text
+
+
+def scrub(text: str) -> str:
+    """`text` redacted, and its control characters escaped: one log line's worth."""
+    text = redact(text)
+    return _CONTROL.sub(_escape, text) if _CONTROL.search(text) else text
+
+
+def _scrub_lines(text: str) -> str:
+    """A traceback or stack, scrubbed line by line: its own line breaks stay."""
+    return "\n".join(scrub(line) for line in text.split("\n"))
+
+
+def _clean(value: Any) -> Any:
+    return scrub(value) if isinstance(value, str) else value
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
     fields = getattr(record, "fields", None)
-    out: dict[str, Any] = dict(fields) if isinstance(fields, dict) else {}
+    out: dict[str, Any] = {k: _clean(v) for k, v in fields.items()} if isinstance(fields, dict) else {}
     rid = getattr(record, "request_id", "")
     if rid:
         out["request_id"] = rid
@@ -38,21 +99,43 @@ class _RequestId(logging.Filter):
         return True
 
 
+def _message(record: logging.LogRecord) -> str:
+    return scrub(record.getMessage())
+
+
 class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__(_TEXT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = _message(record)
+        return super().formatMessage(record)
+
+    # Every line of a traceback or stack is indented, so only a record's own first line starts
+    # at the margin and an exception's text (which may quote a request) cannot pass for a record.
+    def formatException(self, ei: Any) -> str:
+        return _indent(_scrub_lines(super().formatException(ei)))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _indent(_scrub_lines(super().formatStack(stack_info)))
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         fields = _fields(record)
         if fields:
-            line += " " + " ".join(f"{k}={_text(v)}" for k, v in fields.items())
+            head, newline, tail = line.partition("\n")
+            head += " " + " ".join(f"{k}={_text(v)}" for k, v in fields.items())
+            line = head + newline + tail
         return line
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.split("\n"))
 
 
 def _text(value: Any) -> str:
     text = str(value)
-    return json.dumps(text) if (not text or any(c in text for c in ' "=\n')) else text
+    return json.dumps(text) if (not text or any(c in text for c in ' "=\\')) else text
 
 
 class JsonFormatter(logging.Formatter):
@@ -61,11 +144,11 @@ class JsonFormatter(logging.Formatter):
             "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": _message(record),
             **_fields(record),
         }
         if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
+            out["exception"] = _scrub_lines(self.formatException(record.exc_info))
         return json.dumps(out, default=str, ensure_ascii=False)
 
 

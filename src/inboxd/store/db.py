@@ -460,6 +460,10 @@ class PostgresDatabase:
         self._queue: asyncio.Queue[tuple[Work[Any], asyncio.Future[Any]] | None] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         self._closed = False
+        # The batch the writer is running, so that a writer that dies can fail its callers too.
+        self._running: list[tuple[Work[Any], asyncio.Future[Any]]] = []
+        # Set when the writer task ended other than by `close`: every write then fails at once.
+        self._writer_gone: str | None = None
 
     @classmethod
     async def connect(cls, url: str, *, schema: str = "", size: int = 20) -> PostgresDatabase:
@@ -490,13 +494,18 @@ class PostgresDatabase:
     async def write(self, work: Work[T]) -> T:
         if self._closed:
             raise StorageError("The database is closed.")
+        if self._writer_gone is not None:
+            raise StorageError(self._writer_gone)
         if self._writer is None:
-            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+            self._writer = asyncio.get_running_loop().create_task(self._write_loop(), name="postgres-write")
+            self._writer.add_done_callback(self._writer_ended)
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((work, future))
         return await future
 
     async def _write_loop(self) -> None:
+        """The writer task. Like SQLite's writer thread it outlives any batch's failure: a job left
+        in the queue would hang its caller for good, so every failure goes to the jobs it concerns."""
         while True:
             job = await self._queue.get()
             if job is None:
@@ -509,9 +518,32 @@ class PostgresDatabase:
                     stop = True
                     break
                 batch.append(more)
-            await self._run_batch(batch)
+            self._running = batch
+            try:
+                await self._run_batch(batch)
+            except Exception as exc:  # a bug must fail its jobs, not end the writer
+                log.exception("write batch failed")
+                _fail(batch, exc if isinstance(exc, StorageError) else _storage_error(exc))
+            self._running = []
             if stop:
                 return
+
+    def _writer_ended(self, task: asyncio.Task[None]) -> None:
+        """Supervision: a writer that ended without `close` (cancelled, or a BaseException out of
+        a unit of work) fails the batch it ran and every queued write, and every later write
+        fails at once, rather than each waiting for a COMMIT that will never come."""
+        if self._closed and not task.cancelled() and task.exception() is None:
+            return
+        why = "it was cancelled" if task.cancelled() else f"{task.exception()!r}"
+        self._writer_gone = "The database writer stopped; restart inboxd."
+        log.error("the PostgreSQL writer stopped (%s): every write fails until inboxd restarts", why)
+        failure = StorageError(self._writer_gone)
+        _fail(self._running, failure)
+        self._running = []
+        while not self._queue.empty():
+            job = self._queue.get_nowait()
+            if job is not None:
+                _fail([job], failure)
 
     async def _run_batch(self, batch: list[tuple[Work[Any], asyncio.Future[Any]]]) -> None:
         if self.on_batch is not None:
@@ -592,9 +624,22 @@ class PostgresDatabase:
         self._closed = True
         if self._writer is not None:
             self._queue.put_nowait(None)
-            await self._writer
+            # A writer that died has had its failure logged and its callers answered.
+            await asyncio.wait([self._writer])
             self._writer = None
         await self._pool.close()
+
+
+def _fail(batch: list[tuple[Work[Any], asyncio.Future[Any]]], error: BaseException) -> None:
+    for _work, future in batch:
+        if not future.done():
+            future.set_exception(error)
+
+
+def _storage_error(exc: BaseException) -> StorageError:
+    failure = StorageError()
+    failure.__cause__ = exc
+    return failure
 
 
 # The outcome list of a batch that PostgreSQL rolled back for a conflict with another process.
