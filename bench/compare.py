@@ -80,8 +80,13 @@ def resolve(ref: str) -> str:
         raise BenchError(f"{ref!r} names no commit in {ROOT}") from None
 
 
+def _subject(commit: str) -> str:
+    line = _git("log", "-1", "--format=%h %s", commit)
+    return line if len(line) <= 90 else line[:89] + "…"
+
+
 def tree_state() -> str:
-    head = _git("log", "-1", "--format=%h %s")
+    head = _subject("HEAD")
     dirty = _git("status", "--porcelain", "--untracked-files=no")
     return f"HEAD {head}" + (" + uncommitted changes" if dirty else "")
 
@@ -247,7 +252,7 @@ def run(
     )
     print(f"  load average (1, 5, 15 min) before: {_load()}", flush=True)
     commit = resolve(ref)
-    print(f"  REF {ref} = {_git('log', '-1', '--format=%h %s', commit)}", flush=True)
+    print(f"  REF {ref} = {_subject(commit)}", flush=True)
     venv, how = ref_environment(commit, workdir=rig.workdir, cache=cache, keep=keep_venv)
     pair = sides(commit, venv)
     print(f"    its virtual environment: {how}")
@@ -261,17 +266,18 @@ def run(
     print(markdown(pair, table, fill=fill, repeats=repeats))
     print()
     print(
-        f"SMTP: {goals.CONNECTIONS} connections, {messages:,} messages of 4 KB to one mailbox, each build as "
-        "`make run` starts it. Ratios: the median of the per-round ratios; above 1 is better, except for "
-        "memory. Figures from other runs are not comparable: the load on the machine differs."
+        f"SMTP ingest: {goals.CONNECTIONS} connections, {messages:,} mails of 4 KB to one mailbox, each build as "
+        "`make run` starts it.\nRatios: the median of the per-round ratios; above 1 is better, except for memory. "
+        "Only ratios from one run compare: the load on the machine moves."
     )
     print(f"load average (1, 5, 15 min) after: {_load()}; {os.cpu_count()} CPUs")
     if notes:
         print("\nProblems:")
         print("\n".join(f"  {note}" for note in notes))
     print(f"\ncompare took {time.monotonic() - started:.0f} s")
+    # The commit id, not REF as given: a name such as HEAD~3 or main moves on.
     print(
-        f"reproduce: python -m bench compare {shlex.quote(ref)} --repeats {repeats} --messages {messages} "
-        f"--fill {fill} --duration {duration:g}" + rig.client_flag()
+        f"reproduce: python -m bench compare {commit[:12]} --repeats {repeats} --messages {messages} "
+        f"--fill {fill} --duration {duration:g}" + rig.client_flag() + f"   (REF {ref})"
     )
     return not notes

@@ -208,7 +208,8 @@ def test_bench_compare_builds_ref_apart_and_prints_the_ratio_table(tmp_path: Pat
     assert f"inboxd from {ROOT / 'src' / 'inboxd'}," in out
     assert re.search(r"load average \(1, 5, 15 min\) before: [\d.]+ [\d.]+ [\d.]+", out)
     assert re.search(r"load average \(1, 5, 15 min\) after: [\d.]+ [\d.]+ [\d.]+", out)
-    assert "reproduce: python -m bench compare HEAD --repeats 1 --messages 200 --fill 100 --duration 1" in out
+    counts = "--repeats 1 --messages 200 --fill 100 --duration 1"
+    assert f"reproduce: python -m bench compare {commit_id[:12]} {counts}   (REF HEAD)" in out
 
     table = [[cell.strip() for cell in line.strip("|").split("|")] for line in out.splitlines() if line.startswith("|")]
     assert table[0] == ["measure (median of 1, min–max)", f"REF {commit_id[:7]}", "working tree", "tree / REF"]
