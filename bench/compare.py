@@ -98,7 +98,7 @@ def _clean_env() -> dict[str, str]:
 def ref_environment(commit: str, *, workdir: Path, cache: Path, keep: bool) -> tuple[Path, str]:
     """A virtual environment holding REF's inboxd (not editable, so the exported tree can go),
     and how it was had. With `keep` it is built into `cache/<commit>`, where later runs find it."""
-    cached = cache / commit
+    cached = cache.resolve() / commit  # absolute: its interpreter's imports are checked against it
     if (cached / COMPLETE).exists():
         return cached, f"reused {cached}"
     venv = cached if keep else workdir / "ref-venv"
