@@ -79,6 +79,9 @@ $(LOAD_TOOLS):
 	echo "postfix postfix/main_mailer_type select No configuration" | debconf-set-selections
 	$$(command -v flock >/dev/null && echo flock /tmp/apt.lock) sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postfix wrk'
 
+# tests/test_bench.py runs `python -m bench compare`, which needs wrk.
+pytest: $(LOAD_TOOLS)
+
 # `make bench`: the performance goals side by side with MailDev and a bare Starlette app, each
 # measure repeated 3 times; `python -m bench all` prints the wider tables.
 bench: $(TEST_STAMP) services $(LOAD_TOOLS)

@@ -1,4 +1,5 @@
-"""`python -m bench goals|ingest|api|all|profile`: inboxd's figures beside MailDev's, measured in one run.
+"""`python -m bench goals|ingest|api|all|profile|compare`: inboxd's figures beside MailDev's, or
+the working tree's beside a commit's (`compare`), measured in one run.
 
 Every server is a separate OS process on 127.0.0.1, every load is bounded in count and time,
 and every process the benchmark starts is stopped before it exits.
@@ -17,8 +18,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import api, goals, hotspots, ingest, report, submission
+from bench import api, compare, goals, hotspots, ingest, report, submission
 from bench.rig import INBOXD_POSTGRES, INBOXD_SQLITE, LABELS, MAILDEV, TARGETS, Rig
+from bench.servers import BenchError, cpu_model
 from bench.tools import INSTALL_LOAD_TOOLS, INSTALL_PY_SPY, Tools, find_tools
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -38,13 +40,14 @@ def _csv_targets(text: str) -> tuple[str, ...]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    common = argparse.ArgumentParser(add_help=False)
+    load = argparse.ArgumentParser(add_help=False)
+    load.add_argument("--client", choices=["auto", "smtp-source", "python"], default="auto", help="SMTP load client")
+    load.add_argument("--load-timeout", type=float, default=120.0, help="seconds before a load run is cut off")
+    load.add_argument("--keep", action="store_true", help="keep the scratch directory (logs, data)")
+    common = argparse.ArgumentParser(add_help=False, parents=[load])
     common.add_argument("--targets", type=_csv_targets, default=TARGETS, help=f"comma-separated: {', '.join(TARGETS)}")
-    common.add_argument("--client", choices=["auto", "smtp-source", "python"], default="auto", help="SMTP load client")
     common.add_argument("--pg-url", default=os.environ.get("INBOXD_BENCH_PG_URL", DEFAULT_PG_URL))
     common.add_argument("--maildev", type=Path, default=Path(os.environ.get("INBOXD_BENCH_MAILDEV", DEFAULT_MAILDEV)))
-    common.add_argument("--load-timeout", type=float, default=120.0, help="seconds before a load run is cut off")
-    common.add_argument("--keep", action="store_true", help="keep the scratch directory (logs, data)")
 
     ingest_opts = argparse.ArgumentParser(add_help=False)
     ingest_opts.add_argument("--connections", type=_csv_ints, default=(1, 8, 32))
@@ -76,6 +79,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     goal.add_argument(
         "--scale", type=int, default=1_000_000, help="messages for the list-at-scale figure (0: not measured)"
     )
+    guard = sub.add_parser(
+        "compare",
+        parents=[load],
+        help="the working tree against a commit: ingest, list, message, idle memory, and their ratios",
+    )
+    guard.add_argument("ref", help="the commit to compare against, e.g. the base of the change (origin/main)")
+    guard.add_argument("--repeats", type=int, default=3, help="rounds (each measures both builds)")
+    guard.add_argument("--messages", type=int, default=6000, help="messages per ingest run")
+    guard.add_argument("--fill", type=int, default=10000, help="messages in the mailbox for the reads")
+    guard.add_argument("--duration", type=float, default=8.0, help="seconds per wrk run")
+    guard.add_argument(
+        "--keep-venv",
+        action="store_true",
+        help="keep REF's virtual environment in --venv-cache for the next run (one is reused whenever found)",
+    )
+    guard.add_argument("--venv-cache", type=Path, default=compare.DEFAULT_CACHE, help="where kept environments live")
     profile = sub.add_parser("profile", parents=[common], help="py-spy profile of inboxd under SMTP load")
     profile.add_argument("--workload", choices=["ingest", "list"], default="ingest")
     profile.add_argument("--connections", type=int, default=32, help="SMTP or HTTP connections")
@@ -122,14 +141,7 @@ def _client(args: argparse.Namespace, tools: Tools) -> str:
 
 
 def _machine() -> str:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    model = cpu_model()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
     load = os.getloadavg()[0]
     return (
@@ -143,6 +155,8 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     tools = find_tools()
     client = _client(args, tools)
+    if args.command == "compare":
+        return _compare(args, tools, client)
     print(f"inboxd benchmark: {_machine()}")
     for hint in tools.missing_hints():
         print(f"  {hint}")
@@ -222,6 +236,41 @@ def main(argv: list[str]) -> int:
         return 1 if failed else 0
     finally:
         if args.keep or args.command == "profile":
+            print(f"scratch directory kept: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _compare(args: argparse.Namespace, tools: Tools, client: str) -> int:
+    if tools.wrk is None:
+        print(f"wrk not found: the list and message figures need it. Install: {INSTALL_LOAD_TOOLS}", file=sys.stderr)
+        return 2
+    workdir = Path(tempfile.mkdtemp(prefix="inboxd-compare-"))
+    rig = Rig(
+        tools=tools,
+        workdir=workdir,
+        pg_url=DEFAULT_PG_URL,  # SQLite only: the configuration `make run` starts
+        maildev_script=Path(DEFAULT_MAILDEV),
+        client=client,
+        load_timeout=args.load_timeout,
+    )
+    try:
+        held = compare.run(
+            rig,
+            ref=args.ref,
+            repeats=args.repeats,
+            messages=args.messages,
+            fill=args.fill,
+            duration=args.duration,
+            cache=args.venv_cache,
+            keep_venv=args.keep_venv,
+        )
+        return 0 if held else 1
+    except BenchError as exc:
+        print(f"compare: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if args.keep:
             print(f"scratch directory kept: {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)

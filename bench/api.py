@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from bench.httpload import WrkResult, run_wrk
 from bench.rig import INBOXD_POSTGRES, MAILDEV, Rig
-from bench.servers import BenchError, Inboxd, MailDev, http_json, rss_mb
+from bench.servers import OWN_BUILD, BenchError, Build, Inboxd, MailDev, http_json, rss_mb
 
 FILL_CONNECTIONS = 32
 # MailDev exits on connection resets from 8 concurrent connections up (peers/README.md).
@@ -46,11 +46,22 @@ def _failed(target: str, fill: int, reason: str, command: str) -> list[ApiFigure
     return [ApiFigure(target, f"fill {fill} messages", "", None, 0.0, command, failure=reason)]
 
 
-def measure_inboxd(rig: Rig, *, target: str, fill: int, connections: int, duration: float) -> list[ApiFigure]:
+def measure_inboxd(
+    rig: Rig,
+    *,
+    target: str,
+    fill: int,
+    connections: int,
+    duration: float,
+    build: Build = OWN_BUILD,
+) -> list[ApiFigure]:
     assert rig.tools.wrk is not None
     command = _command(rig, target=target, fill=fill, connections=connections, duration=duration)
     server = Inboxd(
-        backend="postgres" if target == INBOXD_POSTGRES else "sqlite", workdir=rig.workdir, pg_url=rig.pg_url
+        backend="postgres" if target == INBOXD_POSTGRES else "sqlite",
+        workdir=rig.workdir,
+        pg_url=rig.pg_url,
+        build=build,
     )
     try:
         server.start()

@@ -18,7 +18,6 @@ import os
 import sqlite3
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from bench.api import measure_inboxd as measure_api
 from bench.httpload import run_wrk
 from bench.ingest import measure_maildev
 from bench.rig import INBOXD_SQLITE, Rig
-from bench.servers import HOST, BenchError, Hello, Inboxd, cpu_seconds, rss_mb, wait_http
+from bench.servers import HOST, OWN_BUILD, BenchError, Build, Hello, Inboxd, cpu_seconds, rss_mb, wait_http
 
 CONNECTIONS = 32
 HTTP_CONNECTIONS = 16
@@ -51,11 +50,11 @@ class Series:
     def shown(self) -> str:
         if not self.values:
             return "not measured"
-        spread = f" ({_num(min(self.values))}–{_num(max(self.values))})" if len(self.values) > 1 else ""
-        return f"{_num(self.median)} {self.unit}{spread}"
+        spread = f" ({num(min(self.values))}–{num(max(self.values))})" if len(self.values) > 1 else ""
+        return f"{num(self.median)} {self.unit}{spread}"
 
 
-def _num(value: float) -> str:
+def num(value: float) -> str:
     if value >= 100:
         return f"{value:,.0f}"
     return f"{value:.2f}"
@@ -75,9 +74,18 @@ def _settle(pid: int, *, limit: float = 60.0) -> float:
     return cpu_seconds(pid) - start
 
 
-def ingest(rig: Rig, *, backend: str, messages: int, workers: int = 1) -> tuple[float, float]:
+def ingest(
+    rig: Rig,
+    *,
+    backend: str,
+    messages: int,
+    workers: int = 1,
+    build: Build = OWN_BUILD,
+) -> tuple[float, float]:
     """(msg/s, msg per server CPU-second) for inboxd as `make run` starts it (plus `--workers`)."""
-    server = Inboxd(backend=backend, workdir=rig.workdir, pg_url=rig.pg_url, defaults=True, workers=workers)
+    server = Inboxd(
+        backend=backend, workdir=rig.workdir, pg_url=rig.pg_url, defaults=True, workers=workers, build=build
+    )
     try:
         server.start()
         warmup = server.create_mailbox("warmup@inboxd.localhost")
@@ -110,9 +118,9 @@ def hello_rps(rig: Rig, *, duration: float) -> float:
         server.stop()
 
 
-def start_seconds(rig: Rig) -> tuple[float, float, float]:
+def start_seconds(rig: Rig, *, build: Build = OWN_BUILD) -> tuple[float, float, float]:
     """(first start, restart) seconds from exec to /healthz 200, and the idle RSS in MB."""
-    server = Inboxd(backend="sqlite", workdir=rig.workdir, pg_url=rig.pg_url, defaults=True)
+    server = Inboxd(backend="sqlite", workdir=rig.workdir, pg_url=rig.pg_url, defaults=True, build=build)
     server.data_dir.mkdir(parents=True)
     env = server.environment()
     timings = []
@@ -121,7 +129,7 @@ def start_seconds(rig: Rig) -> tuple[float, float, float]:
         started = time.monotonic()
         with server.log.open("wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "inboxd", "serve"],
+                build.command("serve"),
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -384,11 +392,11 @@ def run(
             out.append(f"  [not measured] {what}")
             continue
         met = measured < -target if target < 0 else measured >= target
-        out.append(f"  [{'met' if met else 'NOT met'}] {what}: {_num(measured)}{' ' + unit if unit else ''}")
+        out.append(f"  [{'met' if met else 'NOT met'}] {what}: {num(measured)}{' ' + unit if unit else ''}")
     scale_goal = f"list page at {scale:,} messages / at {fill:,} >= 0.90"
     if at_fill.values and at_scale.values:
         flat = statistics.median(_ratio(at_scale.values, at_fill.values))
-        out.append(f"  [{'met' if flat >= 0.90 else 'NOT met'}] {scale_goal}: {_num(flat)} x")
+        out.append(f"  [{'met' if flat >= 0.90 else 'NOT met'}] {scale_goal}: {num(flat)} x")
     else:
         out.append(f"  [not measured] {scale_goal}")
     load_end = os.getloadavg()[0]

@@ -114,6 +114,44 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def cpu_model() -> str:
+    """The processor's name from /proc/cpuinfo (empty when it is not there)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Build:
+    """Which inboxd a server runs: an interpreter, and the PYTHONPATH it gets (None: the bench's
+    own environment, unchanged). `python -m bench compare` runs a commit's build from a virtual
+    environment of its own with an empty PYTHONPATH, and the working tree's with its `src` first."""
+
+    python: str = sys.executable
+    pythonpath: str | None = None
+
+    def command(self, *args: str) -> list[str]:
+        # -P: the current directory is not put on the path, so an `inboxd` there cannot stand in
+        # for the build's own.
+        return [self.python, *(["-P"] if self.pythonpath is not None else []), "-m", "inboxd", *args]
+
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        if self.pythonpath is None:
+            return env
+        env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+        if self.pythonpath:
+            env["PYTHONPATH"] = self.pythonpath
+        return env
+
+
+# The bench's own interpreter and environment: what every server ran before `compare`.
+OWN_BUILD = Build()
+
+
 @dataclass(frozen=True, slots=True)
 class Mailbox:
     id: str
@@ -154,9 +192,19 @@ class _ServerProcess:
 class Inboxd(_ServerProcess):
     """`python -m inboxd serve` on SQLite (defaults: WAL, synchronous=FULL, group commit) or PostgreSQL."""
 
-    def __init__(self, *, backend: str, workdir: Path, pg_url: str, defaults: bool = False, workers: int = 1) -> None:
+    def __init__(
+        self,
+        *,
+        backend: str,
+        workdir: Path,
+        pg_url: str,
+        defaults: bool = False,
+        workers: int = 1,
+        build: Build = OWN_BUILD,
+    ) -> None:
         # `defaults`: exactly the configuration `make run` starts (request-rate limits included).
         self.defaults = defaults
+        self.build = build
         self.workers = workers
         self.backend = backend
         self.data_dir = workdir / f"inboxd-{backend}-{uuid.uuid4().hex[:6]}"
@@ -190,11 +238,11 @@ class Inboxd(_ServerProcess):
         if self.backend == "postgres":
             env["INBOXD_DATABASE_URL"] = self.pg_url
             env["INBOXD_DATABASE_SCHEMA"] = self.pg_schema
-        return env
+        return self.build.environment(env)
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=self.token != "")
-        self._launch([sys.executable, "-m", "inboxd", "serve"], env=self.environment())
+        self._launch(self.build.command("serve"), env=self.environment())
         self.token = self.token or (self.data_dir / "bootstrap-token").read_text().strip()
 
     def halt(self) -> None:
@@ -207,7 +255,9 @@ class Inboxd(_ServerProcess):
         """A server of its own (other ports and directory) on a copy of this one's halted SQLite
         data, its bootstrap token included."""
         assert self.backend == "sqlite" and self._process is None
-        twin = Inboxd(backend="sqlite", workdir=self.data_dir.parent, pg_url=self.pg_url, defaults=self.defaults)
+        twin = Inboxd(
+            backend="sqlite", workdir=self.data_dir.parent, pg_url=self.pg_url, defaults=self.defaults, build=self.build
+        )
         shutil.copytree(self.data_dir, twin.data_dir)
         twin.token = self.token
         return twin

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench import compare
 from bench.hotspots import fold
 from bench.httpload import parse_wrk
 from bench.message import build_message
@@ -186,3 +187,55 @@ def test_missing_load_tools_say_how_to_install_them() -> None:
     assert len(hints) == 2
     assert all("apt-get update && apt-get install -y postfix wrk" in h for h in hints)
     assert Tools(smtp_source="/usr/sbin/smtp-source", wrk="/usr/bin/wrk", py_spy=None).missing_hints() == []
+
+
+@pytest.mark.timeout(300)
+def test_bench_compare_builds_ref_apart_and_prints_the_ratio_table(tmp_path: Path) -> None:
+    """`python -m bench compare HEAD` with tiny counts: REF is built into a virtual environment of
+    its own (kept, with --keep-venv, under --venv-cache), both builds are measured, and the table
+    has a row per measure with REF, working tree and ratio."""
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    commit_id = commit.stdout.strip()
+    cache = tmp_path / "venvs"
+    argv = [sys.executable, "-m", "bench", "compare", "HEAD", "--messages", "200", "--fill", "100"]
+    argv += ["--duration", "1", "--repeats", "1", "--keep-venv", "--venv-cache", str(cache)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=280, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "Problems" not in out
+    assert (cache / commit_id / compare.COMPLETE).read_text().strip() == commit_id
+    assert f"inboxd from {cache / commit_id}/lib/" in out
+    assert f"inboxd from {ROOT / 'src' / 'inboxd'}," in out
+    assert re.search(r"load average \(1, 5, 15 min\) before: [\d.]+ [\d.]+ [\d.]+", out)
+    assert re.search(r"load average \(1, 5, 15 min\) after: [\d.]+ [\d.]+ [\d.]+", out)
+    counts = "--repeats 1 --messages 200 --fill 100 --duration 1"
+    assert f"reproduce: python -m bench compare {commit_id[:12]} {counts}   (REF HEAD)" in out
+
+    table = [[cell.strip() for cell in line.strip("|").split("|")] for line in out.splitlines() if line.startswith("|")]
+    assert table[0] == ["measure (median of 1, min–max)", f"REF {commit_id[:7]}", "working tree", "tree / REF"]
+    assert table[1] == ["---", "---:", "---:", "---:"]
+    assert [row[0] for row in table[2:]] == [
+        "ingest, msg per server CPU-second",
+        "ingest, msg/s",
+        "list page (30 of 100), req/s",
+        "one message, req/s",
+        "resident memory, idle, MB",
+    ]
+    for name, ref, tree, ratio in table[2:]:
+        assert re.fullmatch(r"[\d,]+(\.\d\d)?", ref) and re.fullmatch(r"[\d,]+(\.\d\d)?", tree), name
+        assert float(ref.replace(",", "")) > 0 and float(tree.replace(",", "")) > 0, name
+        assert re.fullmatch(r"\d+(\.\d\d)?×", ratio), name
+
+
+def test_bench_compare_reuses_a_kept_environment_and_refuses_an_unknown_ref(tmp_path: Path) -> None:
+    kept = tmp_path / "0123abcd"
+    kept.mkdir()
+    (kept / compare.COMPLETE).write_text("0123abcd\n")
+    venv, how = compare.ref_environment("0123abcd", workdir=tmp_path / "work", cache=tmp_path, keep=False)
+    assert venv == kept and how == f"reused {kept}"
+    assert not (tmp_path / "work").exists()
+
+    argv = [sys.executable, "-m", "bench", "compare", "no-such-commit-anywhere"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "'no-such-commit-anywhere' names no commit" in done.stderr
