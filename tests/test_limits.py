@@ -263,7 +263,7 @@ async def test_failed_sign_ins_per_address_and_client(
 
 async def test_a_stranger_cannot_lock_the_owner_out(limiter_factory: tuple[MakeLimiter, FrozenClock, Database]) -> None:
     # Ten wrong passwords from one client used to refuse the address to every client for 600 s.
-    make, clock, _ = limiter_factory
+    make, _, _ = limiter_factory
     limiter = await make()
     for _ in range(10):
         await limiter.reserve_sign_in("box@x.test", client="203.0.113.9")

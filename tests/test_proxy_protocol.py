@@ -31,7 +31,7 @@ def v1(source: ipaddress.IPv4Address | ipaddress.IPv6Address, dest: Any, sport: 
 
 def v2(source: Any, dest: Any, sport: int, dport: int, *, tlvs: bytes = b"", command: int = 1) -> bytes:
     family = 0x11 if source.version == 4 else 0x21
-    block = source.packed + dest.packed + struct.pack("!HH", sport, dport) + tlvs
+    block: bytes = source.packed + dest.packed + struct.pack("!HH", sport, dport) + tlvs
     return V2_SIGNATURE + bytes([0x20 | command, family]) + struct.pack("!H", len(block)) + block
 
 
