@@ -209,3 +209,17 @@ async def test_received_names_the_proxied_client(make_settings: Any, clock: Cloc
             assert "([198.51.100.23])" in source.text.split("\r\n\r\n")[0]
     finally:
         await server.stop()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_a_proxied_client_is_not_local_to_a_loopback_submission_listener(behind_proxy: Inboxd) -> None:
+    port = behind_proxy.submission_port
+    local = await proxied(port, b"", source="127.0.0.2")
+    assert (await local.reply()).startswith("220 ")
+    assert "AUTH PLAIN LOGIN" in await local.cmd("EHLO app")
+    remote = await proxied(port, header_for("203.0.113.5"))
+    assert (await remote.reply()).startswith("220 ")
+    assert "AUTH" not in await remote.cmd("EHLO app")
+    assert (await remote.cmd("AUTH PLAIN AHUAcA=="))[:3] == "538"
+    for client in (local, remote):
+        await client.close()

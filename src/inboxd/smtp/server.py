@@ -279,6 +279,7 @@ class _Session(asyncio.Protocol):
         self.peer = ""
         self.client = ""
         self.awaiting_header = False
+        self.proxied = False  # whether a trusted proxy's header named the client
         self.helo: str | None = None
         self.esmtp = False
         self.secure = server.implicit_tls
@@ -400,7 +401,7 @@ class _Session(asyncio.Protocol):
             self.idle_timer.cancel()
             self.idle_timer = None
         if header.client is not None:
-            self.peer = header.client
+            self.peer, self.proxied = header.client, True
         self._open()
         if self.buf and self.transport is not None:
             self.pump()

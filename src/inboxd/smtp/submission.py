@@ -6,7 +6,9 @@ with its envelope, committed before 250, through the same ingest path as receive
 
 Rules (issue 14):
 - AUTH is offered under TLS (STARTTLS or the implicit-TLS port), or without TLS when the
-  listener is on a loopback address or `submission_allow_plaintext_auth` is set; else 538.
+  listener is on a loopback address or `submission_allow_plaintext_auth` is set; else 538. A
+  client a trusted proxy names (PROXY header) is not local however the listener is bound: it
+  gets AUTH without TLS only where `submission_allow_plaintext_auth` says so.
 - Credentials: the sandbox username and any live API token of its user. Failures are counted
   with the sign-in rules (services/limits.py: per username and client, per client, and a
   slowdown per username), apart from `POST /api/token`'s: 535 while under them, then 421 and
@@ -144,7 +146,10 @@ class _SubmissionSession:
     # AUTH -------------------------------------------------------------------------------------
 
     def _auth_offered(self) -> bool:
-        return self.session.secure or self.listener.plaintext_auth
+        session, listener = self.session, self.listener
+        if session.secure:
+            return True
+        return listener.settings.submission_allow_plaintext_auth if session.proxied else listener.plaintext_auth
 
     def _auth(self, arg: str) -> None:
         session = self.session
