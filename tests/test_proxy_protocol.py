@@ -63,7 +63,14 @@ def test_every_prefix_asks_for_more(pair: Any, sport: int, dport: int, second: b
     assert parse(header[:cut]) is None
 
 
-@given(st.binary(max_size=300))
+@given(
+    st.one_of(
+        st.binary(max_size=300),
+        st.binary(max_size=300).map(lambda tail: b"PROXY " + tail),
+        st.binary(max_size=300).map(lambda tail: V2_SIGNATURE + tail),
+        st.binary(max_size=300).map(lambda tail: V2_SIGNATURE + b"\x21" + tail),
+    )
+)
 def test_any_bytes_give_a_header_more_or_a_refusal(data: bytes) -> None:
     try:
         found = parse(data)
