@@ -6,6 +6,7 @@ Storage is a real SQLite database; time is a clock the test sets, so no rule dep
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
@@ -19,7 +20,7 @@ from inboxd.app import open_database
 from inboxd.config import Settings, replace
 from inboxd.errors import RateLimited
 from inboxd.model import User
-from inboxd.services.limits import Limiter
+from inboxd.services.limits import Limiter, client_key
 from inboxd.services.limits_memory import MemoryCounters
 from inboxd.services.limits_redis import RedisCounters
 from inboxd.services.ops_ledger import OpsLedger
@@ -244,19 +245,80 @@ async def test_two_limiters_on_one_store(limiter_factory: tuple[MakeLimiter, Fro
     assert stored == (1 if isinstance(first._counters, RedisCounters) else 2)
 
 
-async def test_failed_sign_ins_per_address(limiter_factory: tuple[MakeLimiter, FrozenClock, Database]) -> None:
+async def test_failed_sign_ins_per_address_and_client(
+    limiter_factory: tuple[MakeLimiter, FrozenClock, Database],
+) -> None:
     make, clock, _ = limiter_factory
     limiter = await make()
-    for n in range(10):
-        await limiter.reserve_sign_in("Box@x.test", client=f"10.0.0.{n}")  # left in: a wrong secret
+    for _ in range(10):
+        await limiter.reserve_sign_in("Box@x.test", client="10.0.0.1")  # left in: a wrong secret
         clock.advance(1)
     with pytest.raises(RateLimited) as caught:
-        await limiter.reserve_sign_in("box@x.test", client="10.0.1.1")
+        await limiter.reserve_sign_in("box@x.test", client="10.0.0.1")
     assert caught.value.code == "rate_limit_exceeded"
     assert caught.value.retry_after == pytest.approx(590.0)
-    await limiter.reserve_sign_in("other@x.test", client="10.0.1.1")
     clock.advance(590)  # the first failure leaves the window
-    await limiter.reserve_sign_in("box@x.test", client="10.0.1.1")
+    await limiter.reserve_sign_in("box@x.test", client="10.0.0.1")
+
+
+async def test_a_stranger_cannot_lock_the_owner_out(limiter_factory: tuple[MakeLimiter, FrozenClock, Database]) -> None:
+    # Ten wrong passwords from one client used to refuse the address to every client for 600 s.
+    make, _, _ = limiter_factory
+    limiter = await make()
+    for _ in range(10):
+        await limiter.reserve_sign_in("box@x.test", client="203.0.113.9")
+    owner = await limiter.reserve_sign_in("box@x.test", client="198.51.100.1")
+    await limiter.sign_in_succeeded(owner)
+    # Many strangers, a few tries each: the owner's client still gets in at once.
+    for n in range(30):
+        with contextlib.suppress(RateLimited):
+            await limiter.reserve_sign_in("box@x.test", client=f"192.0.2.{n}")
+            await limiter.reserve_sign_in("box@x.test", client=f"192.0.2.{n}")
+    await limiter.sign_in_succeeded(await limiter.reserve_sign_in("box@x.test", client="198.51.100.1"))
+
+
+async def test_failures_at_one_address_slow_the_clients_that_failed(
+    limiter_factory: tuple[MakeLimiter, FrozenClock, Database],
+) -> None:
+    make, clock, _ = limiter_factory
+    limiter = await make()
+    for n in range(10):  # ten clients, one wrong password each: under every client's own limit
+        await limiter.reserve_sign_in("box@x.test", client=f"10.0.0.{n}")
+    # The address has 10 failures: a client that failed on it waits 1 s after the latest try,
+    # then 2 s, 4 s … (at most `login_delay_max`); one that has not failed on it does not wait.
+    waits = []
+    for n in range(8):
+        with pytest.raises(RateLimited) as caught:
+            await limiter.reserve_sign_in("box@x.test", client=f"10.0.0.{n}")
+        waits.append(caught.value.retry_after)
+        clock.advance(caught.value.retry_after)
+        await limiter.reserve_sign_in("box@x.test", client=f"10.0.0.{n}")
+    assert waits == pytest.approx([1, 2, 4, 8, 16, 32, 60, 60])
+    await limiter.reserve_sign_in("box@x.test", client="10.0.9.9")
+    await limiter.reserve_sign_in("other@x.test", client="10.0.0.1")
+
+
+async def test_sign_in_realms_are_counted_apart(limiter_factory: tuple[MakeLimiter, FrozenClock, Database]) -> None:
+    # One budget per client used to cover both POST /api/token and SMTP AUTH.
+    make, _, _ = limiter_factory
+    limiter = await make()
+    for n in range(10):
+        await limiter.reserve_sign_in(f"sbx_{n}", client="10.0.0.1", realm="smtp")
+    with pytest.raises(RateLimited):
+        await limiter.reserve_sign_in("sbx_fresh", client="10.0.0.1", realm="smtp")
+    await limiter.reserve_sign_in("box@x.test", client="10.0.0.1")
+
+
+async def test_ipv6_clients_count_per_64(limiter_factory: tuple[MakeLimiter, FrozenClock, Database]) -> None:
+    make, _, _ = limiter_factory
+    limiter = await make()
+    for n in range(10):
+        await limiter.reserve_sign_in(f"box{n}@x.test", client=f"2001:db8:1:2::{n + 1:x}")
+    with pytest.raises(RateLimited):
+        await limiter.reserve_sign_in("fresh@x.test", client="2001:db8:1:2:ffff::1")
+    await limiter.reserve_sign_in("fresh@x.test", client="2001:db8:1:3::1")
+    assert client_key("2001:db8:1:2:aaaa::1") == "2001:db8:1:2::/64"
+    assert client_key("::ffff:192.0.2.1") == client_key("192.0.2.1") == "192.0.2.1"
 
 
 async def test_failed_sign_ins_per_ip(limiter_factory: tuple[MakeLimiter, FrozenClock, Database]) -> None:
@@ -279,14 +341,18 @@ async def test_failed_sign_ins_per_ip(limiter_factory: tuple[MakeLimiter, Frozen
     await limiter.reserve_sign_in("fresh@x.test", client="10.0.0.1")
 
 
-async def test_success_clears_the_address(limiter_factory: tuple[MakeLimiter, FrozenClock, Database]) -> None:
+async def test_success_clears_its_own_clients_failures(
+    limiter_factory: tuple[MakeLimiter, FrozenClock, Database],
+) -> None:
     make, _, _ = limiter_factory
-    limiter = await make()
-    for n in range(9):
-        await limiter.reserve_sign_in("box@x.test", client=f"10.0.0.{n}")
-    await limiter.sign_in_succeeded(await limiter.reserve_sign_in("box@x.test", client="10.0.0.99"))
-    for _ in range(10):
-        await limiter.reserve_sign_in("box@x.test", client="10.0.0.98")
+    limiter = await make(login_delay_max=0.0)
+    for _ in range(9):
+        await limiter.reserve_sign_in("box@x.test", client="10.0.0.1")
+    await limiter.sign_in_succeeded(await limiter.reserve_sign_in("box@x.test", client="10.0.0.1"))
+    # The pair starts again; the client's own log keeps its 9 failures at this address.
+    await limiter.reserve_sign_in("box@x.test", client="10.0.0.1")
+    with pytest.raises(RateLimited):
+        await limiter.reserve_sign_in("box@x.test", client="10.0.0.1")
 
 
 async def test_concurrent_sign_ins_reserve_atomically(

@@ -302,3 +302,44 @@ async def test_concurrent_wrong_passwords_stop_at_the_limit(start: Start, limite
     # The right password is refused too now: the address has used up its tries.
     right = await http.post("/api/token", json=account)
     assert right.status_code == 429
+
+
+def client_from(server: Inboxd, source: str) -> httpx.AsyncClient:
+    """An HTTP client whose connections come from `source` (any 127.x address is this host)."""
+    transport = httpx.AsyncHTTPTransport(local_address=source)
+    return httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}", transport=transport, timeout=30)
+
+
+async def test_a_stranger_cannot_lock_the_owner_out_over_http(start: Start, limiter_store: dict[str, Any]) -> None:
+    # Ten wrong passwords from one client used to make the owner's right one, from another, 429 for 600 s.
+    server, http = await start(**limiter_store)
+    auth = await token_for(server, "pro")
+    account = new_account()
+    assert (await http.post("/api/accounts", json=account, headers=auth)).status_code == 201
+    wrong = {"address": account["address"], "password": "wrongpass"}
+    async with client_from(server, "127.0.0.2") as stranger, client_from(server, "127.0.0.3") as owner:
+        for _ in range(10):
+            assert (await stranger.post("/api/token", json=wrong)).status_code == 401
+        assert (await stranger.post("/api/token", json=account)).status_code == 429
+        signed_in = await owner.post("/api/token", json=account)
+        assert signed_in.status_code == 200, signed_in.text
+
+
+async def test_a_trusted_proxy_names_the_client(start: Start, limiter_store: dict[str, Any]) -> None:
+    server, http = await start(trusted_proxies=["127.0.0.1/32", "10.9.0.0/16"], **limiter_store)
+
+    async def failures(source: httpx.AsyncClient, forwarded_for: str) -> list[int]:
+        body = {"address": f"n{uuid.uuid4().hex[:6]}@inboxd.localhost", "password": "wrongpass"}
+        headers = {"X-Forwarded-For": forwarded_for}
+        return [(await source.post("/api/token", json=body, headers=headers)).status_code for _ in range(11)]
+
+    # The rightmost hop that is not a trusted proxy is the client; what the client wrote left of
+    # it does not matter. Each client below has a budget of its own.
+    assert await failures(http, "203.0.113.1") == [401] * 10 + [429]
+    assert await failures(http, "198.51.100.7, 203.0.113.2") == [401] * 10 + [429]
+    assert await failures(http, "203.0.113.3, 10.9.4.4") == [401] * 10 + [429]
+    assert (await failures(http, "1.1.1.1, 203.0.113.3, 10.9.4.4"))[0] == 429  # the same client as above
+    # An untrusted peer's header is ignored: 127.0.0.2 is counted as itself whatever it claims.
+    async with client_from(server, "127.0.0.2") as direct:
+        assert await failures(direct, "192.0.2.1") == [401] * 10 + [429]
+        assert (await failures(direct, "192.0.2.2"))[0] == 429

@@ -19,7 +19,7 @@ import trustme
 from inboxd.app import Inboxd
 from inboxd.smtp.server import SmtpServer
 from inboxd.smtp.submission import Submission
-from tests.conftest import Clock, Harness, simple_message
+from tests.conftest import REDIS_URL, Clock, Harness, simple_message
 from tests.test_smtp import RawSmtp
 
 # Most cases are about the protocol and run on SQLite; capture and concurrency run on both back ends.
@@ -492,3 +492,39 @@ def test_plaintext_auth_rule_follows_the_listener_address(make_settings: Any) ->
     )
     assert not offered(submission_host="0.0.0.0") and not offered(submission_host="192.0.2.10")
     assert offered(submission_host="0.0.0.0", submission_allow_plaintext_auth=True)
+
+
+async def auth_from(port: int, source: str, username: str, secret: str) -> str:
+    """One AUTH PLAIN from `source` (any 127.x address is this host): its reply."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+    client = RawSmtp(reader, writer)
+    try:
+        assert (await client.reply()).startswith("220 ")
+        await client.cmd("EHLO app")
+        return await client.cmd(f"AUTH PLAIN {plain(username, secret)}")
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize("limiter_store", [{}, {"redis_url": REDIS_URL}], ids=["memory", "redis"])
+async def test_a_strangers_failures_do_not_lock_the_owner_out(start: Start, limiter_store: dict[str, Any]) -> None:
+    # Ten wrong AUTHs for a sandbox username from one address used to give its owner 421 anywhere.
+    server, http = await start(**limiter_store)
+    token = server.bootstrap_token
+    assert token is not None
+    sandbox = await open_sandbox(http, token, server.submission_port)
+    for _ in range(10):
+        assert (await auth_from(sandbox.port, "127.0.0.2", sandbox.username, "ibx_wrong"))[:3] == "535"
+    assert (await auth_from(sandbox.port, "127.0.0.2", sandbox.username, token))[:3] == "421"
+    assert (await auth_from(sandbox.port, "127.0.0.3", sandbox.username, token))[:3] == "235"
+
+
+@sqlite_only
+async def test_smtp_auth_failures_are_counted_apart_from_api_sign_ins(start: Start) -> None:
+    # One budget per address used to cover both: ten AUTH failures made POST /api/token answer 429.
+    server, http = await start(login_max_failures=10)
+    for n in range(10):
+        assert (await auth_from(server.submission_port, "127.0.0.1", f"sbx_nobody{n}", "ibx_wrong"))[:3] == "535"
+    assert (await auth_from(server.submission_port, "127.0.0.1", "sbx_nobody", "ibx_wrong"))[:3] == "421"
+    wrong = {"address": f"nobody@{server.settings.default_domain}", "password": "wrongpass"}
+    assert (await http.post("/api/token", json=wrong)).status_code == 401

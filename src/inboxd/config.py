@@ -10,6 +10,7 @@ the declared types (msgspec is already the API's codec; pydantic-settings would 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -20,7 +21,14 @@ import msgspec
 DEFAULT_RETRY_SCHEDULE = (0.0, 5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
 ENV_PREFIX = "INBOXD_"
 # Options whose environment value is a comma-separated list.
-_LISTS = ("public_domains", "pro_only_domains", "dns_nameservers", "webhook_retry_schedule", "signup_allow")
+_LISTS = (
+    "public_domains",
+    "pro_only_domains",
+    "dns_nameservers",
+    "webhook_retry_schedule",
+    "signup_allow",
+    "trusted_proxies",
+)
 # `INBOXD_WEBHOOK_CA_FILE` is an option of its own, not the file of an option `webhook_ca`.
 _NOT_SECRET_FILES = {"INBOXD_WEBHOOK_CA_FILE"}
 _BOOLS = {
@@ -111,6 +119,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     pro_mailbox_quota: int = 1024 * 1024 * 1024
     login_max_failures: int = 10
     login_failure_window: float = 600.0
+    # Once an address has `login_max_failures` failures in the window, each try from a client that
+    # has failed on it waits 1, 2, 4 … seconds after the address's last one, at most this long.
+    login_delay_max: float = 60.0
     public_rps: float = 20.0
     usage_flush_interval: float = 2.0
 
@@ -168,6 +179,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     ws_write_timeout: float = 30.0
     max_body_size: int = 1024 * 1024
     log_level: str = "info"
+    # Networks (CIDRs) of the proxies that may name the client address: `X-Forwarded-For` over
+    # HTTP, a PROXY protocol header on the SMTP listeners (http/client_address.py). Empty: none.
+    trusted_proxies: list[str] = msgspec.field(default_factory=list)
 
     # Operating inboxd (README "Operating inboxd"): log format, the metrics token, the free-space
     # guard, and plain-HTTP webhooks for local development.
@@ -186,6 +200,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         fix["public_domains"] = _domains(fix["public_domains"])  # type: ignore[arg-type]
         fix["pro_only_domains"] = _domains(fix["pro_only_domains"])  # type: ignore[arg-type]
         fix["signup_allow"] = [d.lstrip("@") for d in _domains(fix["signup_allow"])]  # type: ignore[arg-type]
+        for cidr in fix["trusted_proxies"]:  # type: ignore[attr-defined]
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise SettingsError(f"INBOXD_TRUSTED_PROXIES: {cidr!r} is not an address or network") from None
         for name, value in fix.items():
             msgspec.structs.force_setattr(self, name, value)
         if self.metrics_listen:

@@ -10,11 +10,12 @@ from inboxd.api import schemas
 from inboxd.api.http import json_response, read_json, services_of
 from inboxd.api.openapi import describe
 from inboxd.errors import Unauthorized
+from inboxd.http.client_address import client_address
 
 
 def client_ip(request: Request) -> str:
-    # The peer address: inboxd trusts no forwarding header (a proxy in front limits by itself).
-    return request.client.host if request.client else "unknown"
+    """The client address: the peer, or what a trusted proxy reports (`http/client_address.py`)."""
+    return client_address(request, services_of(request).settings.trusted_proxies)
 
 
 @describe(
@@ -35,7 +36,7 @@ async def list_domains(request: Request) -> Response:
     "Sign in to a mailbox",
     tag="public",
     description="A mailbox token for the WebSocket and the mailbox's REST paths. "
-    "10 failed tries per address and per client IP in 10 minutes.",
+    "10 failed tries per address and client, and 10 per client, in 10 minutes.",
     body=schemas.SignIn,
     response=schemas.SignedIn,
     errors=(401, 429),

@@ -21,17 +21,26 @@ where the spec is silent:
   counts operations done, and `ops_used` never exceeds `ops_limit`.
 - Persistence: counts are batched into `ops_usage` by `OpsLedger` every `usage_flush_interval`
   seconds and at `stop()`; the stored count is read once per user and month at first use.
-- Failed sign-ins: at most `login_max_failures` failures per address and per client IP within
-  any `login_failure_window` seconds (a sliding log). Each attempt is entered in both logs
+- Failed sign-ins (`POST /api/token`, and apart from it SMTP AUTH on the submission listener):
+  within any `login_failure_window` seconds (a sliding log), at most `login_max_failures`
+  failures per (address, client) and per client. Each attempt is entered in the logs
   atomically before its password is checked, and refused if either log is full, so concurrent
-  guesses cannot all pass a check that counts only finished ones. A failure leaves its entry; a
-  success takes it back and clears the address's failures (its owner proved the secret) but not
-  the IP's, so one valid mailbox cannot be used to reset an IP's budget between guesses at other
-  addresses; an attempt that fails for another reason (a revoked mailbox, a fault) is taken back.
+  guesses cannot all pass a check that counts only finished ones. An address's failures from
+  all clients are logged too, and slow an attack spread over many clients without locking its
+  owner out: once the address has `login_max_failures` failures in the window, a client that
+  has failed on it (its (address, client) log is not empty) waits 1, 2, 4 … seconds (at most
+  `login_delay_max`) after the address's latest attempt, while a client that has not failed on
+  it is never held back. A failure leaves its entries; a success takes its own back and clears
+  its (address, client) log, but not the client's (so one valid mailbox cannot reset a client's
+  budget between guesses at other addresses) nor the address's (so an owner who keeps signing
+  in does not keep resetting the slowdown of an attack); an attempt that fails for another
+  reason (a revoked mailbox, a fault) is taken back.
+- The client is an address (`client_key`): an IPv6 client counts per /64, the block one
+  subscriber is usually given, so that one host cannot get a fresh budget per address.
 - Browser sign-in (starting a provider sign-in, its callback, a sign-in link): a token bucket per
   client IP, `sign_in_rate` per minute, burst the same.
 - Public domain list: a token bucket per client IP, `public_rps` per second, burst twice that.
-  The client IP is the socket peer; no forwarding header is trusted.
+  The client IP is the socket peer, or the address a trusted proxy reports (`http/client_address.py`).
 - Headers on every authenticated answer, success or error: `RateLimit-Limit` (the bucket's size),
   `RateLimit-Remaining` (whole tokens left), `RateLimit-Reset` (whole seconds until the bucket is
   full again; for a bucket of one, until the next request may pass), `X-Ops-Used` (this month's
@@ -42,6 +51,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import ipaddress
 import logging
 import math
 import secrets
@@ -70,11 +81,27 @@ class Allowance:
 
 @dataclass(frozen=True, slots=True)
 class SignInAttempt:
-    """A sign-in entered in the failure logs (address's, IP's) before its secret is checked."""
+    """A sign-in entered in the failure logs before its secret is checked: the (address,
+    client) pair's, the client's, and the address's."""
 
+    pair_key: str
+    client_key: str
     address_key: str
-    ip_key: str
     member: str
+
+
+@functools.lru_cache(maxsize=4096)
+def client_key(client: str) -> str:
+    """The key a client is counted under: its IPv4 address, or its IPv6 /64."""
+    try:
+        address = ipaddress.ip_address(client)
+    except ValueError:
+        return client
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
 
 
 class Admission(Protocol):
@@ -95,9 +122,10 @@ class Admission(Protocol):
         rate applies, and a month already at its quota is left as it is."""
         ...
 
-    async def reserve_sign_in(self, address: str, *, client: str) -> SignInAttempt:
-        """Enter one attempt as a failure of the address and of the client IP, or raise
-        `RateLimited` if either has used up its failed sign-ins; atomic against other attempts."""
+    async def reserve_sign_in(self, address: str, *, client: str, realm: str = "api") -> SignInAttempt:
+        """Enter one attempt as a failure of the address and of the client, or raise
+        `RateLimited` if the rules above refuse it; atomic against other attempts. `realm` keeps
+        apart failures counted apart ("api": `POST /api/token`; "smtp": SMTP AUTH)."""
         ...
 
     async def sign_in_succeeded(self, attempt: SignInAttempt) -> None: ...
@@ -159,6 +187,25 @@ class Take:
     seed: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """A log that slows, rather than stops, tries: when `when_key`'s log is not empty and `key`'s
+    holds `after` or more entries within the window, the wait after its newest entry is
+    2 ** (entries - after) seconds, at most `most`."""
+
+    key: str
+    when_key: str
+    after: int
+    most: float
+
+
+def pace_wait(*, entries: int, newest: float, now: float, after: int, most: float) -> float:
+    """The seconds a paced try still waits (both back ends answer the same)."""
+    if entries < after:
+        return 0.0
+    return newest + min(2.0 ** min(entries - after, 62), most) - now
+
+
 class Counters(Protocol):
     """Where the counts live. Every method is atomic with respect to other callers."""
 
@@ -181,9 +228,12 @@ class Counters(Protocol):
         """Forget the user's creation stamp if it is still `stamp` (set by `take`)."""
         ...
 
-    async def reserve(self, keys: tuple[str, ...], *, member: str, now: float, window: float, limit: int) -> float:
-        """Add `member` at `now` to every log in `keys` if none holds `limit` entries within the
-        window: 0.0; else add nothing and answer the seconds until each full log has room."""
+    async def reserve(
+        self, keys: tuple[str, ...], *, member: str, now: float, window: float, limit: int, pace: Pace | None = None
+    ) -> float:
+        """Add `member` at `now` to every log in `keys` (and `pace.key`) if none of `keys` holds
+        `limit` entries within the window and `pace` asks no wait: 0.0; else add nothing and
+        answer the seconds until the attempt may come."""
         ...
 
     async def release(self, keys: tuple[str, ...], *, member: str) -> None: ...
@@ -308,37 +358,52 @@ class Limiter:
         if allowance.creation is not None:
             await self._counters.release_creation(user.id, allowance.creation)
 
-    async def reserve_sign_in(self, address: str, *, client: str) -> SignInAttempt:
-        address_key = f"login:addr:{address.strip().lower()}"
-        attempt = SignInAttempt(address_key=address_key, ip_key=f"login:ip:{client}", member=secrets.token_hex(8))
+    async def reserve_sign_in(self, address: str, *, client: str, realm: str = "api") -> SignInAttempt:
+        address, client = address.strip().lower(), client_key(client)
+        settings = self._settings
+        attempt = SignInAttempt(
+            pair_key=f"login:{realm}:pair:{client}:{address}",
+            client_key=f"login:{realm}:client:{client}",
+            address_key=f"login:{realm}:addr:{address}",
+            member=secrets.token_hex(8),
+        )
         wait = await self._counters.reserve(
-            (attempt.address_key, attempt.ip_key),
+            (attempt.pair_key, attempt.client_key),
             member=attempt.member,
             now=self._clock(),
-            window=self._settings.login_failure_window,
-            limit=self._settings.login_max_failures,
+            window=settings.login_failure_window,
+            limit=settings.login_max_failures,
+            pace=Pace(
+                key=attempt.address_key,
+                when_key=attempt.pair_key,
+                after=max(1, settings.login_max_failures),
+                most=settings.login_delay_max,
+            ),
         )
         if wait > 0:
             raise RateLimited(retry_after=wait)
         return attempt
 
     async def sign_in_succeeded(self, attempt: SignInAttempt) -> None:
-        await self._counters.release((attempt.ip_key,), member=attempt.member)
-        await self._counters.clear_failures(attempt.address_key)
+        await self._counters.release((attempt.client_key, attempt.address_key), member=attempt.member)
+        await self._counters.clear_failures(attempt.pair_key)
 
     async def release_sign_in(self, attempt: SignInAttempt) -> None:
-        await self._counters.release((attempt.address_key, attempt.ip_key), member=attempt.member)
+        keys = (attempt.pair_key, attempt.client_key, attempt.address_key)
+        await self._counters.release(keys, member=attempt.member)
 
     async def admit_public(self, *, client: str) -> None:
         rate = self._settings.public_rps
-        wait = await self._counters.hit(f"public:{client}", now=self._clock(), rate=rate, burst=max(1.0, 2 * rate))
+        wait = await self._counters.hit(
+            f"public:{client_key(client)}", now=self._clock(), rate=rate, burst=max(1.0, 2 * rate)
+        )
         if wait > 0:
             raise RateLimited(retry_after=wait)
 
     async def admit_web_sign_in(self, *, client: str) -> None:
         per_minute = self._settings.sign_in_rate
         wait = await self._counters.hit(
-            f"websignin:{client}", now=self._clock(), rate=per_minute / 60.0, burst=max(1.0, per_minute)
+            f"websignin:{client_key(client)}", now=self._clock(), rate=per_minute / 60.0, burst=max(1.0, per_minute)
         )
         if wait > 0:
             raise RateLimited("Too many sign-in attempts from your address; wait a minute.", retry_after=wait)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from inboxd.services.limits import Outcome, Take, Verdict
+from inboxd.services.limits import Outcome, Pace, Take, Verdict, pace_wait
 
 # Clock readings near 1.7e9 keep only about 1e-7 s of precision: a bucket refilled to within a
 # millionth of a token is full enough, or exact advances of the clock would fall short.
@@ -102,9 +102,18 @@ class MemoryCounters:
             log.popleft()
         return log
 
-    async def reserve(self, keys: tuple[str, ...], *, member: str, now: float, window: float, limit: int) -> float:
+    async def reserve(
+        self, keys: tuple[str, ...], *, member: str, now: float, window: float, limit: int, pace: Pace | None = None
+    ) -> float:
         logs = [self._log(key, now=now, window=window) for key in keys]
         wait = max(((log[0][0] if log else now) + window - now for log in logs if len(log) >= limit), default=0.0)
+        if pace is not None:
+            paced = self._log(pace.key, now=now, window=window)
+            if paced and self._log(pace.when_key, now=now, window=window):
+                wait = max(
+                    wait, pace_wait(entries=len(paced), newest=paced[-1][0], now=now, after=pace.after, most=pace.most)
+                )
+            logs.append(paced)
         if wait > 0:
             return wait
         for log in logs:

@@ -10,8 +10,8 @@ Keys, under `settings.redis_prefix` (the user id in braces keeps one user's keys
     limits:{<user>}:bucket        hash t (tokens), ts (last refill)
     limits:{<user>}:created       last admitted mailbox creation
     limits:{<user>}:ops:<YYYY-MM> the month's operations (INCR)
-    limits:public:<ip>            hash, per-IP bucket of the public paths
-    limits:login:addr|ip:<key>    sorted set of failed sign-in times
+    limits:public:<client>        hash, per-client bucket of the public paths
+    limits:login:<realm>:pair|client|addr:<key>  sorted sets of failed sign-in times
 
 The month counter is seeded from the database when missing (a new month, or Redis restarted): the
 script answers "seed" without changing anything, the limiter reads `ops_usage` plus what this
@@ -31,7 +31,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from inboxd.errors import StorageError
-from inboxd.services.limits import Outcome, Take, Verdict
+from inboxd.services.limits import Outcome, Pace, Take, Verdict
 
 
 @contextlib.contextmanager
@@ -128,26 +128,42 @@ return '0'
 """
 )
 
-# KEYS: failure logs. ARGV: now, window, limit, member, ttl. Adds the member to every log when none
-# is full and answers '0'; else adds nothing and answers the seconds until the full ones have room.
+# KEYS: failure logs, then (when ARGV[6] > 0) the paced log and the log that decides whether it
+# applies. ARGV: now, window, limit, member, ttl, pace after (0: no pace), pace at most. Adds the
+# member to every log but the deciding one when nothing asks a wait and answers '0'; else adds
+# nothing and answers the seconds to wait (as `limits.pace_wait` for the paced log).
 RESERVE = """
 local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
-local full = false
+local after = tonumber(ARGV[6])
+local logs = #KEYS
+if after > 0 then logs = #KEYS - 2 end
 local wait = 0
-for _, key in ipairs(KEYS) do
+for i = 1, logs do
+  local key = KEYS[i]
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   if redis.call('ZCARD', key) >= limit then
-    full = true
     local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    wait = math.max(wait, tonumber(oldest[2] or now) + window - now)
+    wait = math.max(wait, tonumber(oldest[2] or now) + window - now, 0.001)
   end
 end
-if full then return string.format('%.17g', math.max(wait, 0.001)) end
-for _, key in ipairs(KEYS) do
-  redis.call('ZADD', key, now, ARGV[4])
-  redis.call('EXPIRE', key, ARGV[5])
+if after > 0 then
+  local paced = KEYS[#KEYS - 1]
+  redis.call('ZREMRANGEBYSCORE', paced, '-inf', now - window)
+  redis.call('ZREMRANGEBYSCORE', KEYS[#KEYS], '-inf', now - window)
+  local entries = redis.call('ZCARD', paced)
+  if entries >= after and redis.call('ZCARD', KEYS[#KEYS]) > 0 then
+    local newest = redis.call('ZRANGE', paced, -1, -1, 'WITHSCORES')
+    local delay = math.min(2 ^ math.min(entries - after, 62), tonumber(ARGV[7]))
+    wait = math.max(wait, tonumber(newest[2]) + delay - now)
+  end
+  logs = logs + 1
+end
+if wait > 0 then return string.format('%.17g', math.max(wait, 0.001)) end
+for i = 1, logs do
+  redis.call('ZADD', KEYS[i], now, ARGV[4])
+  redis.call('EXPIRE', KEYS[i], ARGV[5])
 end
 return '0'
 """
@@ -218,9 +234,14 @@ class RedisCounters:
         with _unavailable():
             await self._release_creation(keys=[self._user(user_id, "created")], args=[repr(stamp)])
 
-    async def reserve(self, keys: tuple[str, ...], *, member: str, now: float, window: float, limit: int) -> float:
+    async def reserve(
+        self, keys: tuple[str, ...], *, member: str, now: float, window: float, limit: int, pace: Pace | None = None
+    ) -> float:
         names = [self._prefix + key for key in keys]
-        args: list[Any] = [repr(now), repr(window), limit, member, math.ceil(window) + 60]
+        args: list[Any] = [repr(now), repr(window), limit, member, math.ceil(window) + 60, 0, 0]
+        if pace is not None:
+            names += [self._prefix + pace.key, self._prefix + pace.when_key]
+            args[5:] = [pace.after, repr(pace.most)]
         with _unavailable():
             wait = await self._reserve(keys=names, args=args)
         return float(wait)

@@ -25,6 +25,8 @@ OPS_QUOTA = "451 4.7.1 The monthly operations quota is used up"
 SANDBOX_UNAVAILABLE = "451 4.3.0 No sandbox to capture into, try again later"
 TOO_MANY_SESSIONS = "421 4.7.0 Too many connections, try again later"
 TOO_MANY_FROM_IP = "421 4.7.0 Too many connections from your address, try again later"
+# A trusted proxy's connection that does not open with a PROXY protocol header.
+PROXY_HEADER_REQUIRED = "421 4.7.0 A PROXY protocol header is required from this address"
 TEMP_FAILURE = "451 4.3.0 Temporary storage failure, try again later"
 TOO_MANY_RECIPIENTS = "452 4.5.3 Too many recipients"
 INSUFFICIENT_STORAGE = "452 4.3.1 Insufficient system storage, try again later"

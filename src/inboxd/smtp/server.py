@@ -11,7 +11,12 @@ What it guarantees:
   answered `500 5.5.2`; DATA past the size limit is discarded and answered `552 5.3.4`;
 - NUL and bare CR in commands are refused;
 - 250 is written only after `IngestService.deliver` returned, i.e. after the commit;
-- sessions are capped in total and per client address (421 beyond either cap);
+- sessions are capped in total and per client address (421 beyond either cap; IPv6 per /64);
+- only a peer in `INBOXD_TRUSTED_PROXIES` may name the client address, with a PROXY protocol
+  header (v1 or v2, `smtp/proxy_protocol.py`) it must send first: it is parsed once, before the
+  greeting, and a trusted peer whose connection opens with anything else, or with nothing for
+  `PROXY_HEADER_TIMEOUT` seconds, is answered 421 and closed. Other peers are never read for
+  one. The implicit-TLS listener reads no header (TLS starts with the connection there);
 - a client that does not read its replies is not read from either: reading pauses while more
   than `WRITE_HIGH` bytes of replies wait, and the client is dropped once they have waited
   `smtp_write_timeout` seconds; a session silent for `smtp_idle_timeout` seconds is closed.
@@ -48,9 +53,12 @@ from typing import Any, Protocol, cast
 
 from inboxd.config import Settings
 from inboxd.errors import InboxdError, MessageRejected
+from inboxd.http.client_address import TrustedProxies, trusted_proxies
 from inboxd.metrics import Metrics
 from inboxd.services.ingest import OFF_LOOP_BYTES, IngestService, Recipient
+from inboxd.services.limits import client_key
 from inboxd.services.space import SpaceGuard
+from inboxd.smtp import proxy_protocol
 from inboxd.smtp import replies as R
 from inboxd.tasks import TaskSet
 
@@ -67,6 +75,8 @@ HOLD_MAX = 32
 DOT_LINE = b"\r\n."
 # Stuffed dots noted as DATA streams in; past this many (hostile input) one replace at the end does it.
 MAX_DOTS = 20_000
+# Seconds a trusted proxy has to send its PROXY header once connected.
+PROXY_HEADER_TIMEOUT = 10.0
 # Big messages assembled, parsed and compressed at once: each holds its buffer and its compressed
 # copy meanwhile, the others wait holding one (their chunks).
 BIG_AT_ONCE = 1
@@ -174,7 +184,11 @@ class SmtpServer:
         self.metrics = metrics or Metrics()
         self.space = space
         self.hostname = settings.resolved_smtp_hostname
+        # TLS starts with the connection on the implicit-TLS listener: no header can come first there.
+        self.proxies = TrustedProxies(()) if self.implicit_tls else trusted_proxies(tuple(settings.trusted_proxies))
         self.sessions: set[_Session] = set()
+        # Trusted proxies' connections whose PROXY header has not come yet (not counted as sessions).
+        self.unnamed: set[_Session] = set()
         self.per_ip: dict[str, int] = {}
         self.big = asyncio.Semaphore(BIG_AT_ONCE)
         self.closing = False
@@ -212,22 +226,24 @@ class SmtpServer:
         settings = self.settings
         if len(self.sessions) >= settings.smtp_max_sessions:
             return R.TOO_MANY_SESSIONS
-        if self.per_ip.get(session.peer, 0) >= settings.smtp_max_sessions_per_ip:
+        client = session.client = client_key(session.peer)
+        if self.per_ip.get(client, 0) >= settings.smtp_max_sessions_per_ip:
             return R.TOO_MANY_FROM_IP
         self.sessions.add(session)
         self.metrics.smtp_sessions.inc()
-        self.per_ip[session.peer] = self.per_ip.get(session.peer, 0) + 1
+        self.per_ip[client] = self.per_ip.get(client, 0) + 1
         return None
 
     def release(self, session: _Session) -> None:
+        self.unnamed.discard(session)
         if session in self.sessions:
             self.sessions.discard(session)
             self.metrics.smtp_sessions.dec()
-            left = self.per_ip.get(session.peer, 1) - 1
+            left = self.per_ip.get(session.client, 1) - 1
             if left > 0:
-                self.per_ip[session.peer] = left
+                self.per_ip[session.client] = left
             else:
-                self.per_ip.pop(session.peer, None)
+                self.per_ip.pop(session.client, None)
 
     async def stop(self, *, grace: float = 10.0) -> None:
         self.closing = True
@@ -236,7 +252,7 @@ class SmtpServer:
         deadline = time.monotonic() + grace
         while any(s.delivering for s in self.sessions) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        for session in list(self.sessions):
+        for session in [*self.sessions, *self.unnamed]:
             session.close(R.SHUTTING_DOWN)
         await self.tasks.cancel()
         if self._server is not None:
@@ -258,7 +274,12 @@ class _Session(asyncio.Protocol):
         self.write_paused = False
         self.write_timer: asyncio.TimerHandle | None = None
         self.errors = 0
+        # The client's address (the socket peer, or what a trusted proxy's header names) and the
+        # key it is counted under (its /64 for IPv6).
         self.peer = ""
+        self.client = ""
+        self.awaiting_header = False
+        self.proxied = False  # whether a trusted proxy's header named the client
         self.helo: str | None = None
         self.esmtp = False
         self.secure = server.implicit_tls
@@ -287,6 +308,17 @@ class _Session(asyncio.Protocol):
         if self.server.closing:
             self.close(R.SHUTTING_DOWN)
             return
+        if self.server.proxies.trusts(self.peer):
+            # The proxy names the client first; the session opens once it has.
+            self.awaiting_header = True
+            self.server.unnamed.add(self)
+            self.idle_timer = asyncio.get_running_loop().call_later(PROXY_HEADER_TIMEOUT, self._no_header)
+            return
+        self._open()
+
+    def _open(self) -> None:
+        """Admit the session (its caps) and greet the client."""
+        assert self.transport is not None
         refusal = self.server.admit(self)
         if refusal is not None:
             self.close(refusal)
@@ -329,6 +361,9 @@ class _Session(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = time.monotonic()
+        if self.awaiting_header:
+            self._read_header(data)
+            return
         if self.message is not None:
             rest = self.message.feed(data)
             if rest is not None:
@@ -347,6 +382,35 @@ class _Session(asyncio.Protocol):
             self._flow()
             return
         self.pump()
+
+    def _read_header(self, data: bytes) -> None:
+        """The trusted proxy's PROXY header: parsed once, as soon as its bytes are in."""
+        self.buf += data
+        try:
+            header = proxy_protocol.parse(self.buf)
+        except proxy_protocol.ProxyHeaderError as exc:
+            log.info("refusing a connection from trusted proxy %s: %s", self.peer, exc)
+            self.close(R.PROXY_HEADER_REQUIRED)
+            return
+        if header is None:
+            return
+        del self.buf[: header.length]
+        self.awaiting_header = False
+        self.server.unnamed.discard(self)
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
+        if header.client is not None:
+            self.peer, self.proxied = header.client, True
+        self._open()
+        if self.buf and self.transport is not None:
+            self.pump()
+
+    def _no_header(self) -> None:
+        self.idle_timer = None
+        if self.transport is not None and self.awaiting_header:
+            log.info("no PROXY header from trusted proxy %s", self.peer)
+            self.close(R.PROXY_HEADER_REQUIRED)
 
     def _flow(self) -> None:
         """Read only while replies are being taken and the input waiting is small."""

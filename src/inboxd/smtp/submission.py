@@ -6,11 +6,13 @@ with its envelope, committed before 250, through the same ingest path as receive
 
 Rules (issue 14):
 - AUTH is offered under TLS (STARTTLS or the implicit-TLS port), or without TLS when the
-  listener is on a loopback address or `submission_allow_plaintext_auth` is set; else 538.
+  listener is on a loopback address or `submission_allow_plaintext_auth` is set; else 538. A
+  client a trusted proxy names (PROXY header) is not local however the listener is bound: it
+  gets AUTH without TLS only where `submission_allow_plaintext_auth` says so.
 - Credentials: the sandbox username and any live API token of its user. Failures are counted
-  per client IP and per username with the sign-in limits (`login_max_failures` in
-  `login_failure_window`): 535 while under them, then 421 and the connection closes. The reply
-  never tells an unknown username from a wrong token.
+  with the sign-in rules (services/limits.py: per username and client, per client, and a
+  slowdown per username), apart from `POST /api/token`'s: 535 while under them, then 421 and
+  the connection closes. The reply never tells an unknown username from a wrong token.
 - The token is checked again at the first RCPT of every message, so a revoked token stops a
   session that is already open.
 - STARTTLS forgets the authentication (the engine calls `tls_started`), and the engine drops
@@ -40,7 +42,6 @@ log = logging.getLogger("inboxd.smtp.submission")
 MECHANISMS = "AUTH PLAIN LOGIN"
 _USERNAME_CHALLENGE = "VXNlcm5hbWU6"  # base64 "Username:"
 _PASSWORD_CHALLENGE = "UGFzc3dvcmQ6"  # base64 "Password:"
-_FAILURE_KEY = "smtp:"  # the sign-in limits' key space for sandbox usernames
 
 
 class Submission:
@@ -145,7 +146,10 @@ class _SubmissionSession:
     # AUTH -------------------------------------------------------------------------------------
 
     def _auth_offered(self) -> bool:
-        return self.session.secure or self.listener.plaintext_auth
+        session, listener = self.session, self.listener
+        if session.secure:
+            return True
+        return listener.settings.submission_allow_plaintext_auth if session.proxied else listener.plaintext_auth
 
     def _auth(self, arg: str) -> None:
         session = self.session
@@ -216,10 +220,9 @@ class _SubmissionSession:
 
     async def _verify(self, username: str, password: str) -> None:
         listener, session = self.listener, self.session
-        key = _FAILURE_KEY + username.strip().lower()
         try:
             # Entered as a failure before the password check, so concurrent guesses count at once.
-            attempt = await listener.admission.reserve_sign_in(key, client=session.peer)
+            attempt = await listener.admission.reserve_sign_in(username, client=session.peer, realm="smtp")
         except RateLimited:
             session.close(R.AUTH_TOO_MANY)
             return
