@@ -318,7 +318,8 @@ async def test_admin_links_providers_from_the_account_page_and_keeps_one(start_w
         other = await web.new_page()
         await web.sign_in(other, "bob@example.com")
         await other.get_by_role("button", name="Link GitHub", exact=True).click()
-        await expect(other.get_by_role("heading", name="This provider account is linked to someone else")).to_be_visible()
+        taken = other.get_by_role("heading", name="This provider account is linked to someone else")
+        await expect(taken).to_be_visible()
         assert await web.services.sign_in.identities(bob) == []
 
         # Unlink one; the last one left is refused, with a message, and stays.

@@ -53,8 +53,8 @@ async def delete(tx: Tx, *, provider: str, subject: str, user_id: str) -> int:
 
 
 async def lock_user(tx: Tx, user_id: str) -> None:
-    """Hold the user's row until the unit of work ends, so two changes to their identities run one
-    after the other (SQLite's single writer does this already)."""
+    """Hold the user's row until the unit of work ends, so two changes to their identities from two
+    processes run one after the other (within a process, writes already run one at a time)."""
     if tx.dialect == "postgresql":
         await tx.fetchval("SELECT id FROM users WHERE id = ? FOR UPDATE", user_id)
 
