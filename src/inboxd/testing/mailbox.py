@@ -36,9 +36,10 @@ _PAGE = 30  # the server's page size: a shorter page is the last
 
 
 def _instant(value: When) -> datetime:
-    if isinstance(value, datetime):
-        return value
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    instant = value if isinstance(value, datetime) else datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if instant.tzinfo is None:
+        raise ValueError("since/until need a timezone-aware datetime")
+    return instant
 
 
 def _rfc3339(instant: datetime) -> str:
