@@ -20,6 +20,8 @@ _TITLES: dict[str, str] = {
     "csrf_failed": "This form has expired",
     "email_not_verified": "Your email address is not verified",
     "sign_up_closed": "Sign-up is closed",
+    "link_required": "Link this provider from your account first",
+    "identity_taken": "This provider account is linked to someone else",
     "account_revoked": "This account is suspended",
     "link_used": "This sign-in link was already used",
     "link_expired": "This sign-in link has expired",
