@@ -5,6 +5,7 @@ leaving), and with Redis two servers count one set of places."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -119,3 +120,19 @@ async def test_with_redis_two_servers_count_one_set_of_places(make_settings: Any
         assert_too_many(await first.http.get(wait_url(box), params={"timeout": "0"}, headers=first.auth()))
         await first.send(box["address"], simple_message(subject="never again"))
         assert (await asyncio.wait_for(waiting, 15)).status_code == 200
+
+
+async def test_in_redis_a_place_whose_process_died_lapses_after_its_lifetime() -> None:
+    from inboxd.services.limits_redis import RedisCounters
+
+    counters = RedisCounters.from_url(REDIS_URL, prefix=f"inboxd-test:{uuid.uuid4().hex[:8]}:")
+    try:
+        caps = (("wait:{user}:all", 1),)
+        # Taken by a process that then died: never given back.
+        assert await counters.hold(caps, member="dead", now=1000.0, until=1090.0)
+        assert not await counters.hold(caps, member="next", now=1089.0, until=1200.0)
+        assert await counters.hold(caps, member="next", now=1090.5, until=1200.0)
+        await counters.let_go(("wait:{user}:all",), member="next")
+        assert await counters.hold(caps, member="last", now=1091.0, until=1200.0)
+    finally:
+        await counters.close()
