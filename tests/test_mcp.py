@@ -55,7 +55,7 @@ async def test_mcp_tools_over_stdio(harness: Harness) -> None:
         waiting = asyncio.ensure_future(
             client.call_tool("wait_for_message", {"mailbox": address, "subject": "verify", "timeout": 20})
         )
-        await asyncio.sleep(0.5)
+        await asyncio.wait_for(harness.server.services.waits.registered(1), 10)
         message = simple_message(subject="Verify your account", body="Your code is 660 912.")
         message.add_alternative('<p>Code: <b>660912</b></p><a href="https://app.example/v?t=7">Verify</a>', "html")
         await harness.send(address, message)

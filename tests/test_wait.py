@@ -20,6 +20,11 @@ def wait_url(box: dict[str, Any]) -> str:
     return f"/api/accounts/{box['id']}/messages/wait"
 
 
+async def registered(harness: Harness, count: int = 1) -> None:
+    """Until `count` waits listen: mail sent after this cannot slip past them."""
+    await asyncio.wait_for(harness.server.services.waits.registered(count), 10)
+
+
 async def later(delay: float, coro: Any) -> Any:
     await asyncio.sleep(delay)
     return await coro
@@ -60,7 +65,8 @@ async def test_a_later_arrival_answers_the_moment_it_is_committed(harness: Harne
     # ...and a bound after it waits for what comes next; a non-matching message does not end the wait.
     params["since"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(harness.clock() + 1)) + "Z"
     waiting = asyncio.ensure_future(harness.http.get(wait_url(box), params=params, headers=harness.auth()))
-    await asyncio.sleep(1.5)
+    await registered(harness)
+    harness.clock.advance(1.5)  # what arrives next is after `since`
     await harness.send(box["address"], simple_message(subject="Unrelated"))
     await asyncio.sleep(0.3)
     assert not waiting.done()
@@ -77,7 +83,7 @@ async def test_full_text_waits_wake_when_the_index_catches_up(harness: Harness) 
     waiting = asyncio.ensure_future(
         harness.http.get(wait_url(box), params={"q": "zebra", "timeout": "20"}, headers=harness.auth())
     )
-    await asyncio.sleep(0.3)
+    await registered(harness)
     await harness.send(box["address"], simple_message(subject="Hi", body="A zebra crossed.\n"))
     answer = await asyncio.wait_for(waiting, 15)
     assert answer.status_code == 200, answer.text
@@ -123,14 +129,10 @@ async def test_a_client_that_leaves_ends_its_wait_and_leaves_no_listener(harness
         f"Authorization: Bearer {harness.admin_token}\r\n\r\n".encode()
     )
     await writer.drain()
-    async with asyncio.timeout(10):
-        while waits.active != 1:
-            await asyncio.sleep(0.02)
+    await asyncio.wait_for(waits.registered(1), 10)
     assert bus.listener_count() == baseline + 2  # new mail, and the index for the full text
     writer.close()
-    async with asyncio.timeout(10):
-        while waits.active or bus.listener_count() != baseline:
-            await asyncio.sleep(0.02)
+    await asyncio.wait_for(waits.settled(0), 10)
     assert bus.listener_count() == baseline == 0
     # The server is fine afterwards, and a later message wakes nobody stale.
     await harness.send(box["address"])
@@ -151,7 +153,7 @@ async def test_user_route_waits_and_counts_as_one_operation(harness: Harness) ->
             headers=harness.auth(token),
         )
     )
-    await asyncio.sleep(0.3)
+    await registered(harness)
     for _ in range(3):  # wakes the wait without ending it
         await harness.send(box["address"], simple_message(sender="alice@example.org"))
     await harness.send(box["address"], simple_message(subject="From Bob", sender="bob@example.org"))
@@ -182,9 +184,7 @@ async def test_stopping_the_server_ends_open_waits(make_settings: Any, clock: An
             )
             box = created.json()
             waiting = asyncio.ensure_future(http.get(wait_url(box), params={"timeout": "60"}, headers=auth))
-            async with asyncio.timeout(10):
-                while server.services.waits.active != 1:
-                    await asyncio.sleep(0.02)
+            await asyncio.wait_for(server.services.waits.registered(1), 10)
             started = time.monotonic()
             await server.stop()
             answer = await asyncio.wait_for(waiting, 10)
@@ -228,7 +228,7 @@ async def test_the_sandbox_lists_by_filter_and_waits(harness: Harness) -> None:
     waiting = asyncio.ensure_future(
         harness.http.get(f"{url}/wait", params={"to": "dave@", "timeout": "20"}, headers=sandbox.auth())
     )
-    await asyncio.sleep(0.3)
+    await registered(harness)
     await asyncio.to_thread(sandbox.send, ["ann@example.org"], simple_message(subject="To Ann").as_bytes())
     # Dave only in the envelope (a Bcc): `to` finds him there.
     await asyncio.to_thread(

@@ -325,8 +325,9 @@ class Inboxd:
         settings, clock = self.settings, self.clock
         mailbox_tokens = MailboxTokens(self.keyring.token_keys, ttl=settings.mailbox_token_ttl)
         mailboxes = MailboxService(db, settings=settings, tokens=mailbox_tokens, clock=clock, bus=bus)
-        messages = MessageService(db, clock=clock)
+        messages = MessageService(db, clock=clock, scan_rows=settings.filter_scan_rows)
         counters = self._redis_counters() if settings.redis_url else MemoryCounters()
+        admission = Limiter(counters, ledger=OpsLedger(db), settings=settings, clock=clock)
         return Services(
             settings=settings,
             clock=clock,
@@ -338,7 +339,7 @@ class Inboxd:
             ),
             mailbox_tokens=mailbox_tokens,
             bus=bus,
-            admission=Limiter(counters, ledger=OpsLedger(db), settings=settings, clock=clock),
+            admission=admission,
             domains=DomainService(
                 db,
                 settings=settings,
@@ -351,7 +352,7 @@ class Inboxd:
             sessions=SessionService(db, settings=settings, clock=clock),
             sign_in=SignInService(db, settings=settings, clock=clock),
             sandboxes=SandboxService(db, settings=settings, messages=messages, tokens=mailbox_tokens, clock=clock),
-            waits=WaitService(messages, bus),
+            waits=WaitService(messages, bus, admission=admission, settings=settings),
             exports=ExportService(db, clock=clock),
             space=self._space_guard(),
         )

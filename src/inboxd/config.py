@@ -177,6 +177,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     recipient_cache_ttl: float = 2.0
     # A WebSocket frame still unwritten after this many seconds drops its client.
     ws_write_timeout: float = 30.0
+    # Held resources (README "Slow, hostile and heavy clients"): WebSockets not yet authenticated,
+    # per client address and in all, in each process; open waits per mailbox and per user (across
+    # processes with Redis); and the rows a filter that no index answers may read.
+    ws_max_unauthenticated: int = 1000
+    ws_max_unauthenticated_per_ip: int = 50
+    max_waits_per_mailbox: int = 10
+    max_waits_per_user: int = 100
+    filter_scan_rows: int = 10000
     max_body_size: int = 1024 * 1024
     log_level: str = "info"
     # Networks (CIDRs) of the proxies that may name the client address: `X-Forwarded-For` over

@@ -27,7 +27,7 @@ async def _mailbox(request: Request, call: Call) -> Mailbox:
         Query("page", int, "Page number, 30 messages a page, newest first; fewer than 30 means the last.", minimum=1),
         *FILTER_QUERY,
     ),
-    errors=(404,),
+    errors=(404, 422),
 )
 @endpoint(mailbox_token=True)
 async def list_messages(request: Request, call: Call) -> Response:
@@ -44,6 +44,7 @@ async def list_messages(request: Request, call: Call) -> Response:
     response=schemas.MessageDetailOut,
     query=WAIT_QUERY,
     errors=(404, 408, 503),
+    codes=("too_many_waits",),
     extension=True,
 )
 @endpoint(mailbox_token=True)

@@ -37,6 +37,7 @@ async def get_sandbox(request: Request, call: Call) -> Response:
     tag="sandbox",
     response=schemas.SandboxPage,
     query=(Query("page", int, "Page number, 30 messages a page, newest first.", minimum=1), *FILTER_QUERY),
+    errors=(422,),
 )
 @pro
 async def list_messages(request: Request, call: Call) -> Response:
@@ -53,6 +54,7 @@ async def list_messages(request: Request, call: Call) -> Response:
     response=schemas.SandboxDetailOut,
     query=WAIT_QUERY,
     errors=(408, 503),
+    codes=("too_many_waits",),
     extension=True,
 )
 @pro

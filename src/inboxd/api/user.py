@@ -49,7 +49,7 @@ async def list_accounts(request: Request, call: Call) -> Response:
     tag="pro",
     response=schemas.MessagePage,
     query=(Query("page", int, "Page number, 30 messages a page.", minimum=1), *FILTER_QUERY),
-    errors=(404,),
+    errors=(404, 422),
 )
 @pro
 async def list_account_messages(request: Request, call: Call) -> Response:
@@ -67,6 +67,7 @@ async def list_account_messages(request: Request, call: Call) -> Response:
     response=schemas.MessageDetailOut,
     query=WAIT_QUERY,
     errors=(404, 408, 503),
+    codes=("too_many_waits",),
     extension=True,
 )
 @pro

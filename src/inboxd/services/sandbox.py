@@ -230,7 +230,15 @@ class SandboxService:
         if page < 1:
             raise InvalidRequest("`page` must be an integer of at least 1.")
         mailbox = await self._mailbox(user)
-        return await self._db.read(partial(store.page, mailbox_id=mailbox.id, page=page, now=self._clock(), flt=flt))
+        read = partial(
+            store.page,
+            mailbox_id=mailbox.id,
+            page=page,
+            now=self._clock(),
+            flt=flt,
+            scan_rows=self._settings.filter_scan_rows,
+        )
+        return await self._db.read(read)
 
     async def mailbox(self, user: User) -> Mailbox:
         """The sandbox's mailbox (made on first use): what a wait listens on."""
