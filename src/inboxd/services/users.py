@@ -68,11 +68,15 @@ class CredentialCache:
         self._entries: dict[str, tuple[Principal, float]] = {}
         self._generation = 0
 
-    async def fetch(self, key: str, lookup: Callable[[], Awaitable[Principal]], *, now: float) -> Principal:
-        """The principal kept for `key`, else `lookup()`'s (which raises to refuse)."""
+    def get(self, key: str, now: float) -> Principal | None:
         entry = self._entries.get(key)
-        if entry is not None and now - entry[1] < self._ttl:
-            return entry[0]
+        if entry is None or now - entry[1] >= self._ttl:
+            return None
+        return entry[0]
+
+    async def fetch(self, key: str, lookup: Callable[[], Awaitable[Principal]], *, now: float) -> Principal:
+        """`lookup()`'s principal (it raises to refuse), kept for `key` unless the cache was
+        cleared while it ran."""
         generation = self._generation
         principal = await lookup()
         if generation == self._generation:
@@ -202,8 +206,10 @@ class UserService:
             if not is_api_token(bearer):
                 raise Unauthorized("The API token is invalid or revoked.", code="invalid_token")
             key = hash_token(bearer)
-            lookup = partial(self._db.read, partial(_token_principal, token_hash=key))
-            principal = await self._known.fetch(key, lookup, now=now)
+            principal = self._known.get(key, now)
+            if principal is None:
+                lookup = partial(self._db.read, partial(_token_principal, token_hash=key))
+                principal = await self._known.fetch(key, lookup, now=now)
             assert principal.token_id is not None
             self._last_used[principal.token_id] = now
             return principal
@@ -212,9 +218,12 @@ class UserService:
             if not websocket:
                 raise Unauthorized("This token opens the live inbox's WebSocket only.", code="invalid_token")
             return await self._db.read(partial(_live_principal, claims=claims, now=now))
-        read = partial(_mailbox_principal, claims_id=claims.mailbox_id, gen=claims.password_gen)
         key = f"{claims.mailbox_id}:{claims.password_gen}"
-        return await self._known.fetch(key, partial(self._db.read, read), now=now)
+        principal = self._known.get(key, now)
+        if principal is None:
+            read = partial(_mailbox_principal, claims_id=claims.mailbox_id, gen=claims.password_gen)
+            principal = await self._known.fetch(key, partial(self._db.read, read), now=now)
+        return principal
 
     async def flush_last_used(self) -> None:
         if not self._last_used:
