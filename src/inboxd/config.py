@@ -131,6 +131,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Frames a WebSocket client may leave unread before it is dropped.
     ws_send_queue: int = 100
     mailbox_token_ttl: float = 86400.0
+    # Seconds the live inbox's WebSocket token is valid for (the page fetches one per connection).
+    live_token_ttl: float = 300.0
 
     # Sign-in and browser sessions (README "Sign-in"). `signup_allow`: empty lets only existing
     # users in, "*" anyone with a verified email, else a list of email domains.

@@ -2,8 +2,10 @@
 
 The handshake is refused with HTTP 403 when an `Origin` header is present and is not the
 service's own web origin (browsers always send one; server-side clients need not). Then the
-client has `ws_auth_timeout` seconds to send `{"type": "auth", "token": <mailbox token>}`.
-Every refusal is one `{"error": ...}` message followed by close 1008.
+client has `ws_auth_timeout` seconds to send `{"type": "auth", "token": <mailbox token>}`: a
+mailbox token, or the short-lived token the dashboard's live inbox hands its script (valid here
+only, while its browser session is signed in). Every refusal is one `{"error": ...}` message
+followed by close 1008; a malformed token is refused by `MailboxTokens` before it is decoded.
 
 Each connection keeps a bounded queue of frames not yet written; a client that stops reading
 fills it and is dropped (its TCP connection aborted), so it never holds up the others. A frame
@@ -305,7 +307,7 @@ class WebSocketHub:
     async def _admit(self, conn: Connection, token: str) -> bool:
         """Check the token against the database (generation, owner active), then `auth_ok`."""
         try:
-            principal = await self._services.users.authenticate(token, self._services.mailbox_tokens)
+            principal = await self._services.users.authenticate(token, self._services.mailbox_tokens, websocket=True)
         except Unauthorized:
             principal = None
         if principal is None or principal.mailbox_id != conn.mailbox_id:

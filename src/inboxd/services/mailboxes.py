@@ -228,10 +228,18 @@ class MailboxService:
         )
         return [replace(m, used=max(0, m.used - due[m.id])) if m.id in due else m for m in mailboxes]
 
-    async def live_token(self, principal: Principal, ref: str) -> str:
-        """A mailbox token for the owner's browser to follow the mailbox over the WebSocket."""
+    async def live_token(self, principal: Principal, ref: str, *, session_id: str) -> str:
+        """A token for the owner's browser to follow the mailbox over the WebSocket: it opens that
+        mailbox's `/api/ws` only (not REST), for `live_token_ttl` seconds, while the browser session
+        `session_id` is signed in (the page asks for a new one at each connection)."""
         mailbox = await self.find(principal, ref, scope="user")
-        return self._tokens.issue(mailbox.id, mailbox.password_gen, now=self._clock())
+        return self._tokens.issue_live(
+            mailbox.id,
+            mailbox.password_gen,
+            session_id=session_id,
+            now=self._clock(),
+            ttl=self._settings.live_token_ttl,
+        )
 
     async def password_gens(self, mailbox_ids: list[str]) -> dict[str, int]:
         """The current password generation of each mailbox that still exists."""

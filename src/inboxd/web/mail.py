@@ -172,8 +172,12 @@ async def sandbox(request: Request, call: WebCall) -> Response:
 
 @page()
 async def live_token(request: Request, call: WebCall) -> Response:
-    """A mailbox token for this page's WebSocket; POST with the CSRF token, so no other site gets one."""
-    token = await call.services.mailboxes.live_token(_principal(call), request.path_params["mailbox"])
+    """A token for this page's WebSocket, bound to this browser session; POST with the CSRF token,
+    so no other site gets one."""
+    assert call.session is not None  # the page is for the signed-in
+    token = await call.services.mailboxes.live_token(
+        _principal(call), request.path_params["mailbox"], session_id=call.session.id
+    )
     return JSONResponse({"token": token}, headers={"Cache-Control": "no-store"})
 
 
