@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
-from inboxd.api.app import build_asgi
+from inboxd.asgi import build_asgi
 from inboxd.config import Settings
 from inboxd.dns import DnsLookup
 from inboxd.events import EventBus, LocalBus

@@ -8,9 +8,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from inboxd.api.http import services_of
 from inboxd.api.openapi import describe
 from inboxd.errors import Unauthorized
+from inboxd.http.body import services_of
 from inboxd.metrics import CONTENT_TYPE, Metrics
 
 

@@ -7,14 +7,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inboxd.api import schemas
-from inboxd.api.http import json_response, read_json, services_of
 from inboxd.api.openapi import describe
 from inboxd.errors import Unauthorized
-
-
-def client_ip(request: Request) -> str:
-    # The peer address: inboxd trusts no forwarding header (a proxy in front limits by itself).
-    return request.client.host if request.client else "unknown"
+from inboxd.http.body import read_json, services_of
+from inboxd.http.client_address import client_ip
+from inboxd.http.responses import json_response
 
 
 @describe(

@@ -17,8 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from inboxd.api.messages import content_disposition
-from inboxd.errors import InvalidRequest
+from inboxd.http.query import page_number
+from inboxd.http.responses import content_disposition
 from inboxd.mail.html_view import content_security_policy
 from inboxd.model import NO_FILTER, Mailbox, Principal
 from inboxd.services.filters import parse_filter
@@ -43,13 +43,6 @@ def _principal(call: WebCall) -> Principal:
 
 async def _mailbox(call: WebCall, request: Request) -> Mailbox:
     return await call.services.mailboxes.find(_principal(call), request.path_params["mailbox"], scope="user")
-
-
-def _page_number(request: Request) -> int:
-    raw = request.query_params.get("page", "1")
-    if not raw.isdigit() or int(raw) < 1:
-        raise InvalidRequest("`page` must be a whole number of at least 1.")
-    return int(raw)
 
 
 @page()
@@ -126,7 +119,7 @@ async def reset_password(request: Request, call: WebCall) -> Response:
 
 async def _inbox_context(request: Request, call: WebCall, mailbox: Mailbox | None = None) -> dict[str, Any]:
     mailbox = mailbox or await _mailbox(call, request)
-    number = _page_number(request)
+    number = page_number(request)
     # The search box sends `q` (full text); the list takes every filter of the API's message lists.
     flt = parse_filter(request.query_params)
     messages = await call.services.messages.page(mailbox, number, flt)

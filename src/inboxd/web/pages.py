@@ -18,16 +18,16 @@ from email.utils import parseaddr
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
-from urllib.parse import parse_qsl, quote
+from urllib.parse import quote
 
 import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from inboxd.api.http import read_body, services_of
 from inboxd.auth import cookies, csrf
-from inboxd.errors import Forbidden, InboxdError, InvalidRequest
+from inboxd.errors import Forbidden, InboxdError
+from inboxd.http.body import read_form, services_of
 from inboxd.model import User, WebSession
 from inboxd.services.registry import Services
 from inboxd.web.layout import nav_for
@@ -46,7 +46,6 @@ SECURITY_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
 }
 SIGN_IN_PATH = "/auth/sign-in"
-MAX_FORM = 64 * 1024
 
 
 @dataclass
@@ -152,20 +151,6 @@ def sign_in_redirect(request: Request, *, reason: str = "") -> Response:
     if reason:
         query = f"{query}&reason={reason}" if query else f"reason={reason}"
     return redirect(SIGN_IN_PATH + (f"?{query}" if query else ""))
-
-
-async def read_form(request: Request) -> dict[str, str]:
-    body = await read_body(request)
-    if not body:
-        return {}
-    if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
-        raise InvalidRequest("This form must be sent as application/x-www-form-urlencoded.")
-    if len(body) > MAX_FORM:
-        raise InvalidRequest("The form is too large.")
-    try:
-        return dict(parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=100))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InvalidRequest("The form could not be read.") from exc
 
 
 Access = Literal["public", "user", "admin"]
