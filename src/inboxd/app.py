@@ -263,10 +263,11 @@ class Inboxd:
         mailboxes = MailboxService(db, settings=settings, tokens=mailbox_tokens, clock=clock, bus=bus)
         messages = MessageService(db, clock=clock)
         counters = self._redis_counters() if settings.redis_url else MemoryCounters()
+        admission = Limiter(counters, ledger=OpsLedger(db), settings=settings, clock=clock)
         return Services(
             settings=settings,
             clock=clock,
-            users=UserService(db, clock=clock, bus=bus),
+            users=UserService(db, clock=clock, bus=bus, max_tokens=settings.max_tokens_per_user),
             mailboxes=mailboxes,
             messages=messages,
             ingest=IngestService(
@@ -274,13 +275,14 @@ class Inboxd:
             ),
             mailbox_tokens=mailbox_tokens,
             bus=bus,
-            admission=Limiter(counters, ledger=OpsLedger(db), settings=settings, clock=clock),
+            admission=admission,
             domains=DomainService(
                 db,
                 settings=settings,
                 dns=DnsLookup(nameservers=settings.dns_nameservers, timeout=settings.dns_timeout),
                 clock=clock,
                 bus=bus,
+                admission=admission,
             ),
             profiles=ProfileService(db, settings=settings),
             webhooks=WebhookService(db, settings=settings, clock=clock, keyring=self.keyring),

@@ -37,7 +37,7 @@ async def account(request: Request, call: WebCall) -> Response:
     return await _account(request, call)
 
 
-@page()
+@page(operation=True)
 async def create_token(request: Request, call: WebCall) -> Response:
     """The new value is shown in this answer only; it is stored nowhere but as a hash."""
     created = await call.services.users.create_token(call.user, call.form.get("name", ""))
@@ -57,7 +57,7 @@ async def confirm_revoke(request: Request, call: WebCall) -> Response:
     return render(request, call, "revoke_token.html", token_id=request.path_params["id"], token_name=name)
 
 
-@page()
+@page(operation=True)
 async def revoke_token(request: Request, call: WebCall) -> Response:
     await call.services.users.revoke_token(call.user, request.path_params["id"])
     return redirect("/account?notice=revoked")

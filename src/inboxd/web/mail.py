@@ -71,11 +71,15 @@ async def _mailboxes(
     )
 
 
-@page()
+@page(creates_mailbox=True)
 async def create_mailbox(request: Request, call: WebCall) -> Response:
     form = call.form
     created, password = await call.services.mailboxes.create_in_dashboard(
-        call.user, local=form.get("local", ""), domain=form.get("domain", ""), password=form.get("password", "")
+        call.user,
+        local=form.get("local", ""),
+        domain=form.get("domain", ""),
+        password=form.get("password", ""),
+        admit=call.admit_creation,
     )
     return await _mailboxes(request, call, created=(created.mailbox, password), status=201)
 
@@ -95,7 +99,7 @@ async def confirm_delete_mailbox(request: Request, call: WebCall) -> Response:
     )
 
 
-@page()
+@page(operation=True)
 async def delete_mailbox(request: Request, call: WebCall) -> Response:
     mailbox = await _mailbox(call, request)
     await call.services.mailboxes.delete(_principal(call), mailbox.id, scope="user")
@@ -108,7 +112,7 @@ async def password_form(request: Request, call: WebCall) -> Response:
     return render(request, call, "mailbox_password.html", mailbox=mailbox)
 
 
-@page()
+@page(operation=True)
 async def reset_password(request: Request, call: WebCall) -> Response:
     mailbox = await _mailbox(call, request)
     await call.services.mailboxes.reset_password(
@@ -262,7 +266,7 @@ async def message_attachment(request: Request, call: WebCall) -> Response:
     )
 
 
-@page()
+@page(operation=True)
 async def mark(request: Request, call: WebCall) -> Response:
     mailbox = await _mailbox(call, request)
     message_id = request.path_params["message"]
@@ -273,14 +277,14 @@ async def mark(request: Request, call: WebCall) -> Response:
     return redirect(f"/mailboxes/{mailbox.id}/messages/{message_id}")
 
 
-@page()
+@page(operation=True)
 async def mark_all_read(request: Request, call: WebCall) -> Response:
     mailbox = await _mailbox(call, request)
     await call.services.messages.mark_many_read(mailbox, ids=None, all_=True)
     return redirect(f"/mailboxes/{mailbox.id}")
 
 
-@page()
+@page(operation=True)
 async def delete_message(request: Request, call: WebCall) -> Response:
     mailbox = await _mailbox(call, request)
     await call.services.messages.delete(mailbox, request.path_params["message"])
