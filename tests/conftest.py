@@ -135,6 +135,8 @@ def make_settings(backend: str, tmp_path: Path, request: pytest.FixtureRequest, 
         "free_create_interval": 0.0,
         "pro_create_interval": 0.0,
         "public_rps": 1000.0,
+        "web_rps": 1000.0,
+        "domain_verify_interval": 0.0,
     }
     schema = ""
     if backend == "postgres":

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
-from inboxd.api.app import build_asgi
 from inboxd.api.operations import metrics_app
+from inboxd.asgi import build_asgi
 from inboxd.config import Settings
 from inboxd.dns import DnsLookup
 from inboxd.events import EventBus, LocalBus
@@ -331,7 +331,7 @@ class Inboxd:
         return Services(
             settings=settings,
             clock=clock,
-            users=UserService(db, clock=clock, bus=bus),
+            users=UserService(db, clock=clock, bus=bus, max_tokens=settings.max_tokens_per_user),
             mailboxes=mailboxes,
             messages=messages,
             ingest=IngestService(
@@ -346,6 +346,7 @@ class Inboxd:
                 dns=DnsLookup(nameservers=settings.dns_nameservers, timeout=settings.dns_timeout),
                 clock=clock,
                 bus=bus,
+                admission=admission,
             ),
             profiles=ProfileService(db, settings=settings),
             webhooks=WebhookService(db, settings=settings, clock=clock, keyring=self.keyring),

@@ -100,7 +100,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     webhook_shutdown_grace: float = 5.0
 
     domain_verify_window: float = 259200.0
+    # Seconds between two DNS checks of one custom domain (a verify sooner answers 429).
+    domain_verify_interval: float = 5.0
     max_domains: int = 10
+    # Unrevoked API tokens one user may hold (`token_limit_reached` beyond).
+    max_tokens_per_user: int = 100
     user_accounts_page_size: int = 1000
     retention_free: float = 604800.0
     retention_pro: float = 2592000.0
@@ -123,6 +127,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # has failed on it waits 1, 2, 4 … seconds after the address's last one, at most this long.
     login_delay_max: float = 60.0
     public_rps: float = 20.0
+    # Dashboard requests per second per signed-in user, or per client IP for signed-out visitors
+    # (burst twice that). Forms that do what an API call does also pass the API's limits.
+    web_rps: float = 20.0
     usage_flush_interval: float = 2.0
 
     ws_auth_timeout: float = 10.0

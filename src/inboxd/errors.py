@@ -19,7 +19,7 @@
         ├── DuplicateKey             409 a unique key taken (services turn it into their Conflict)
         └── InsufficientStorage      507 insufficient_storage: the disk or database is full (SMTP 451)
 
-The HTTP mapping lives in `api/errors.py`, the SMTP mapping in `smtp/replies.py`; everything
+The HTTP mapping lives in `http/errors.py` (pages: `web/errors.py`), the SMTP mapping in `smtp/replies.py`; everything
 else raises these and never builds a response itself.
 """
 

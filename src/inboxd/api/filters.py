@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from inboxd.api.http import json_response
 from inboxd.api.openapi import Query
+from inboxd.http.responses import json_response
 from inboxd.model import MessageFilter
 from inboxd.services.filters import parse_filter, parse_timeout
 from inboxd.tasks import cancel_and_wait

@@ -21,7 +21,7 @@ import msgspec
 from starlette.routing import BaseRoute, Route
 
 from inboxd.api import schemas
-from inboxd.api.http import WRITES
+from inboxd.http.pipeline import WRITES
 
 F = TypeVar("F", bound=Callable[..., Any])
 Access = Literal["none", "token", "mailbox_token", "pro", "metrics"]

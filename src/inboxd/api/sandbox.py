@@ -13,9 +13,10 @@ from starlette.routing import Route
 
 from inboxd.api import schemas
 from inboxd.api.filters import FILTER_QUERY, WAIT_DESCRIPTION, WAIT_QUERY, message_filter, wait_response, wait_timeout
-from inboxd.api.http import Call, endpoint, int_query, json_response, no_content
-from inboxd.api.messages import content_disposition
 from inboxd.api.openapi import Query, describe
+from inboxd.http.pipeline import Call, endpoint
+from inboxd.http.query import page_number
+from inboxd.http.responses import content_disposition, json_response, no_content
 
 pro = endpoint(pro=True)
 
@@ -41,7 +42,7 @@ async def get_sandbox(request: Request, call: Call) -> Response:
 )
 @pro
 async def list_messages(request: Request, call: Call) -> Response:
-    page = int_query(request, "page", 1)
+    page = page_number(request)
     flt = message_filter(request)
     items = await call.services.sandboxes.page(call.principal.user, page, flt)
     return json_response(schemas.SandboxPage(messages=[schemas.sandbox_item(m) for m in items], page=page))

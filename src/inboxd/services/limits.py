@@ -39,6 +39,10 @@ where the spec is silent:
   subscriber is usually given, so that one host cannot get a fresh budget per address.
 - Browser sign-in (starting a provider sign-in, its callback, a sign-in link): a token bucket per
   client IP, `sign_in_rate` per minute, burst the same.
+- Dashboard pages: a token bucket per signed-in user, or per client IP for a signed-out
+  visitor, `web_rps` per second, burst twice that. A form that does what an API call does
+  passes `admit` as that call would (same bucket, creation interval and month count).
+- DNS checks of a custom domain: one per domain per `domain_verify_interval` seconds, in either face.
 - Public domain list: a token bucket per client IP, `public_rps` per second, burst twice that.
   The client IP is the socket peer, or the address a trusted proxy reports (`http/client_address.py`).
 - Held places (open waits): a counted set per key, each place taken with `hold` for at most a
@@ -159,6 +163,14 @@ class Admission(Protocol):
         ...
 
     async def let_go(self, held: Held) -> None: ...
+
+    async def admit_page(self, *, caller: str) -> None:
+        """Rate-limit one dashboard request of a signed-in user or a client IP, or raise `RateLimited`."""
+        ...
+
+    async def admit_domain_check(self, domain_id: str) -> None:
+        """Allow one DNS check of a custom domain per `domain_verify_interval`, or raise `RateLimited`."""
+        ...
 
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
@@ -442,6 +454,23 @@ class Limiter:
 
     async def let_go(self, held: Held) -> None:
         await self._counters.let_go(held.keys, member=held.member)
+
+    async def admit_page(self, *, caller: str) -> None:
+        rate = self._settings.web_rps
+        wait = await self._counters.hit(f"web:{caller}", now=self._clock(), rate=rate, burst=max(1.0, 2 * rate))
+        if wait > 0:
+            raise RateLimited("Too many requests; wait a moment and reload.", retry_after=wait)
+
+    async def admit_domain_check(self, domain_id: str) -> None:
+        interval = self._settings.domain_verify_interval
+        if interval <= 0:
+            return
+        wait = await self._counters.hit(f"dnscheck:{domain_id}", now=self._clock(), rate=1.0 / interval, burst=1.0)
+        if wait > 0:
+            raise RateLimited(
+                f"This domain's DNS records were checked moments ago; check again in {math.ceil(wait)} s.",
+                retry_after=wait,
+            )
 
     async def start(self) -> None:
         self._stopping.clear()

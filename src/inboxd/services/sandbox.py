@@ -38,7 +38,6 @@ from inboxd.model import (
 from inboxd.services.credentials import API_TOKEN_PREFIX, MailboxTokens, hash_token, is_api_token, require_pro
 from inboxd.services.ingest import Recipient
 from inboxd.services.messages import MessageService
-from inboxd.store import mailboxes as mailbox_store
 from inboxd.store import sandboxes as store
 from inboxd.store import users as user_store
 from inboxd.store.db import Database, Tx
@@ -143,6 +142,7 @@ class SandboxService:
             used=0,
             password_gen=0,
             created_at=self._clock(),
+            kind="sandbox",
         )
         # No password opens it: the mailbox sign-in hashes what it is given, never this.
         unusable = hashlib.sha256(secrets.token_bytes(32)).hexdigest() + "!"
@@ -227,7 +227,7 @@ class SandboxService:
 
     async def is_sandbox(self, mailbox: Mailbox) -> bool:
         """Whether this mailbox is a sandbox (its messages then have envelope recipients)."""
-        return await self._db.read(partial(mailbox_store.is_sandbox, mailbox_id=mailbox.id))
+        return mailbox.kind == "sandbox"
 
     async def _mailbox(self, user: User) -> Mailbox:
         require_pro(user)

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
-from inboxd.errors import Conflict, DuplicateKey, InvalidRequest, NotFound, Unauthorized
+from inboxd.errors import Conflict, DuplicateKey, Forbidden, InvalidRequest, NotFound, Unauthorized
 from inboxd.events import EventBus
 from inboxd.model import ApiToken, Principal, User
 from inboxd.services.credentials import (
@@ -91,8 +91,9 @@ class CredentialCache:
 
 
 class UserService:
-    def __init__(self, db: Database, *, clock: Callable[[], float], bus: EventBus) -> None:
+    def __init__(self, db: Database, *, clock: Callable[[], float], bus: EventBus, max_tokens: int = 100) -> None:
         self._db = db
+        self._max_tokens = max_tokens
         self._clock = clock
         self._bus = bus
         self._last_used: dict[str, float] = {}
@@ -180,7 +181,19 @@ class UserService:
             revoked_at=None,
             prefix=value[: len(API_TOKEN_PREFIX) + 4],
         )
-        await self._db.write(partial(store.insert_token, token=token, token_hash=hash_token(value)))
+        cap = self._max_tokens
+
+        async def insert(tx: Tx) -> None:
+            # Counted under the user's row lock, so concurrent creations cannot pass the cap together.
+            await store.lock_user(tx, user.id)
+            if await store.count_active_tokens(tx, user.id) >= cap:
+                raise Forbidden(
+                    f"This account has {cap} API tokens, the most it may hold; revoke one before creating another.",
+                    code="token_limit_reached",
+                )
+            await store.insert_token(tx, token, hash_token(value))
+
+        await self._db.write(insert)
         return NewToken(token=token, value=value)
 
     async def list_tokens(self, user: User) -> list[ApiToken]:

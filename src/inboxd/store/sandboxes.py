@@ -42,7 +42,7 @@ async def by_username(tx: Tx, username: str) -> Sandbox | None:
 
 
 async def insert(tx: Tx, *, user_id: str, username: str, mailbox: Mailbox, auth_hash: str) -> None:
-    await mailbox_store.insert(tx, mailbox, auth_hash, kind="sandbox")
+    await mailbox_store.insert(tx, mailbox, auth_hash)
     await tx.execute(
         "INSERT INTO sandboxes (user_id, username, mailbox_id, created_at) VALUES (?, ?, ?, ?)",
         user_id,

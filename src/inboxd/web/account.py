@@ -8,9 +8,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from inboxd.api.public import client_ip
 from inboxd.auth.providers import configured
 from inboxd.errors import Conflict, NotFound
+from inboxd.http.client_address import client_ip
 from inboxd.services.users import NewToken
 from inboxd.web.pages import WebCall, page, redirect, render
 from inboxd.web.sign_in import begin_flow, providers_of
@@ -51,7 +51,7 @@ async def account(request: Request, call: WebCall) -> Response:
     return await _account(request, call)
 
 
-@page()
+@page(operation=True)
 async def create_token(request: Request, call: WebCall) -> Response:
     """The new value is shown in this answer only; it is stored nowhere but as a hash."""
     created = await call.services.users.create_token(call.user, call.form.get("name", ""))
@@ -71,7 +71,7 @@ async def confirm_revoke(request: Request, call: WebCall) -> Response:
     return render(request, call, "revoke_token.html", token_id=request.path_params["id"], token_name=name)
 
 
-@page()
+@page(operation=True)
 async def revoke_token(request: Request, call: WebCall) -> Response:
     await call.services.users.revoke_token(call.user, request.path_params["id"])
     return redirect("/account?notice=revoked")

@@ -28,6 +28,9 @@ _TITLES: dict[str, str] = {
     "link_unknown": "This sign-in link is not valid",
     "provider_error": "Sign-in did not complete",
     "rate_limit_exceeded": "Too many attempts",
+    "ops_quota_exceeded": "This month's operations are used up",
+    "account_limit_reached": "No more mailboxes on this plan",
+    "token_limit_reached": "Too many API tokens",
 }
 
 
@@ -69,6 +72,7 @@ def error_page(request: Request, call: WebCall, error: InboxdError) -> Response:
         back_path=back[0],
         back_label=back[1],
     )
+    response.headers.update(error.headers)  # the limits' RateLimit-* after an admitted form
     if isinstance(error, RateLimited):
         response.headers["Retry-After"] = str(max(1, int(error.retry_after + 0.999)))
     return response

@@ -7,10 +7,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from inboxd.api.public import client_ip
 from inboxd.auth import cookies
 from inboxd.auth.providers import Providers, configured
 from inboxd.errors import InvalidRequest
+from inboxd.http.client_address import client_ip
 from inboxd.model import User
 from inboxd.services.sessions import FLOW_TTL
 from inboxd.web.pages import WebCall, page, redirect, render, safe_next
