@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import Harness, simple_message
 
-pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+pytestmark = pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 
 
 class RawSmtp:
