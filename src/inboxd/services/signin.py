@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from inboxd.config import Settings
-from inboxd.errors import Gone, SignInRefused
+from inboxd.errors import DuplicateKey, Gone, SignInRefused
 from inboxd.model import Identity, User
 from inboxd.store import identities as store
 from inboxd.store import users as user_store
@@ -56,7 +56,13 @@ class SignInService:
     async def sign_in_identity(self, vouched: VouchedIdentity) -> User:
         """The user this identity reaches (created or linked as the rules say), or `SignInRefused`."""
         email = vouched.email.strip().lower()
-        user = await self._db.write(partial(self._resolve, vouched=vouched, email=email))
+        resolve = partial(self._resolve, vouched=vouched, email=email)
+        try:
+            user = await self._db.write(resolve)
+        except DuplicateKey:
+            # Another process created this user or identity between our look and our insert (two
+            # first sign-ins at once); it is committed now, so looking again finds it.
+            user = await self._db.write(resolve)
         if user.status != "active":
             raise SignInRefused("This account has been suspended.", code="account_revoked")
         return user
