@@ -341,6 +341,7 @@ async def test_suspended_users_mailboxes_refuse_mail_and_fire_no_webhook(start: 
     assert len(await wait_deliveries(h, hook["id"], 1, token=token)) == 1
 
 
+@pytest.mark.alone  # a bound on time
 async def test_failures_are_retried_with_the_same_event_id(start: Start, receiver: Receiver, clock: Clock) -> None:
     h = await start(webhook_retry_schedule=[0, 0.2, 0.4, 0.6])
     hook = await create_webhook(h, receiver.url())
@@ -381,6 +382,7 @@ async def test_last_attempt_drops_the_job(start: Start, receiver: Receiver) -> N
     assert state["failure_count"] == 2 and state["status"] == "active" and state["last_triggered_at"] is None
 
 
+@pytest.mark.alone  # a bound on time
 async def test_a_hanging_receiver_does_not_hold_up_smtp(start: Start, receiver: Receiver) -> None:
     """Delivery runs apart from ingest, at most `webhook_concurrency` attempts at once."""
     h = await start(webhook_concurrency=3)
