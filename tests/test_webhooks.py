@@ -200,7 +200,8 @@ async def test_limit_ownership_and_plan(start: Start) -> None:
         "/api/user/webhooks", json={"url": "https://their.app/x", "events": ["email.received"]}, headers=h.auth()
     )
     assert over.status_code == 403 and over.json()["error"] == "webhook_limit_reached"
-    mine = (await h.http.get("/api/user/webhooks", headers=h.auth())).json()["webhooks"][0]["id"]
+    before = (await h.http.get("/api/user/webhooks", headers=h.auth())).json()["webhooks"]
+    mine = before[0]["id"]
     other = await h.new_user("pro")
     assert (await h.http.get("/api/user/webhooks", headers=h.auth(other))).json()["webhooks"] == []
     for method, path in (
@@ -210,6 +211,8 @@ async def test_limit_ownership_and_plan(start: Start) -> None:
     ):
         response = await h.http.request(method, path, headers=h.auth(other))
         assert response.status_code == 404 and response.json()["error"] == "not_found", path
+    # The refused DELETE and rotate changed nothing: the ten webhooks are there as they were.
+    assert (await h.http.get("/api/user/webhooks", headers=h.auth())).json()["webhooks"] == before
     free = await h.new_user("free")
     for method in ("GET", "POST"):
         response = await h.http.request(
