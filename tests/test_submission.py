@@ -447,7 +447,6 @@ async def send_raw(client: RawSmtp, body: bytes) -> str:
     return await client.cmd(body + b"\r\n.\r\n")
 
 
-@sqlite_only
 async def test_captured_messages_count_as_operations(start: Start) -> None:
     server, http = await start(pro_ops_limit=4)
     assert server.bootstrap_token is not None
@@ -463,7 +462,6 @@ async def test_captured_messages_count_as_operations(start: Start) -> None:
     assert sorted(m.summary.subject for m in stored) == ["0", "1", "2"]
 
 
-@sqlite_only
 async def test_size_and_byte_quota_refuse_and_store_nothing(start: Start) -> None:
     server, http = await start(max_message_size=4000, pro_mailbox_quota=6000)
     assert server.bootstrap_token is not None
