@@ -57,11 +57,11 @@ async def test_losing_postgres_answers_451_and_500_then_recovers(
             with pytest.raises((smtplib.SMTPRecipientsRefused, smtplib.SMTPDataError)) as refused:
                 await h.send(box["address"], simple_message(subject="during"))
             error = refused.value
-            codes = (
-                [code for code, _ in error.recipients.values()]
-                if isinstance(error, smtplib.SMTPRecipientsRefused)
-                else [error.smtp_code]
-            )
+            if isinstance(error, smtplib.SMTPRecipientsRefused):
+                codes = [code for code, _ in error.recipients.values()]
+            else:
+                assert isinstance(error, smtplib.SMTPDataError)
+                codes = [error.smtp_code]
             assert codes == [451], codes
             assert (await http.get("/healthz")).status_code == 200  # the process itself is fine
 
