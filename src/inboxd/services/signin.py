@@ -79,7 +79,13 @@ class SignInService:
     async def sign_in_identity(self, vouched: VouchedIdentity) -> User:
         """The user this identity reaches (created or linked as the rules say), or `SignInRefused`."""
         email = vouched.email.strip().lower()
-        user = await self._db.write(partial(self._resolve, vouched=vouched, email=email))
+        resolve = partial(self._resolve, vouched=vouched, email=email)
+        try:
+            user = await self._db.write(resolve)
+        except DuplicateKey:
+            # Another process created this user or identity between our look and our insert (two
+            # first sign-ins at once); it is committed now, so looking again finds it.
+            user = await self._db.write(resolve)
         if user.status != "active":
             raise SignInRefused("This account has been suspended.", code="account_revoked")
         return user
