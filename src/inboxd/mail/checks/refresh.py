@@ -97,16 +97,16 @@ def load(source: str) -> dict[str, Any]:
         return loaded
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], out_dir: Path = DATA_DIR) -> int:
     source = argv[0] if argv else DEFAULT_SOURCE
     data = compact(load(source))
-    DATA_DIR.mkdir(exist_ok=True)
-    (DATA_DIR / "caniemail.json").write_text(
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "caniemail.json").write_text(
         json.dumps(data, ensure_ascii=False, separators=(",", ":"), sort_keys=True) + "\n", encoding="utf-8"
     )
     # A second argument names where a local file came from ("the npm package caniemail 2.0.2").
     label = argv[1] if len(argv) > 1 else source
-    (DATA_DIR / "NOTICE").write_text(
+    (out_dir / "NOTICE").write_text(
         NOTICE.format(
             source=label,
             updated=data["last_update_date"],
@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
         ),
         encoding="utf-8",
     )
-    print(f"caniemail data {data['last_update_date']}: {len(data['features'])} features -> {DATA_DIR}")
+    print(f"caniemail data {data['last_update_date']}: {len(data['features'])} features -> {out_dir}")
     return 0
 
 
