@@ -253,6 +253,7 @@ def test_report_json_round_trips_in_the_issue_shape() -> None:
         ("<table cellpadding='0'></table>", "html-cellpadding", "<table cellpadding>"),
         ("<p aria-label='x'>a</p>", "html-aria-label", "<p aria-label>"),
         ("<a href='#top'>top</a>", "html-anchor-links", '<a href="#top">'),
+        ("<img src='a.png' loading='lazy'>", "html-loading-attribute", "<img loading>"),
         ("<img src='https://x.example/a.webp'>", "image-webp", "<img src>"),
         ("<img src='data:image/png;base64,iVBO'>", "image-base64", "<img src>"),
         ("<div style='margin-top:4px'></div>", "css-margin", "margin-top"),
@@ -294,8 +295,15 @@ def test_plain_markup_uses_no_advanced_feature() -> None:
 
 
 def test_hostile_css_and_markup_are_bounded() -> None:
-    part = judge_html("<div style='" + "color:red;" * 50_000 + "'>" + "<b>" * 20_000 + "</div><style>{{{{")
+    part = judge_html("<div style='" + "color:red;" * 20_000 + "'>" + "<b>" * 20_000 + "</div><style>{{{{")
     assert part.verdict in ("ok", "warning")
+    assert "html_partly_analysed" not in codes(part.findings)
+    # Past 128 KB of CSS the rest is not read, and the part says so.
+    huge = "".join(f"<p style='margin:{i}px;color:#{i:06x}'>x</p>" for i in range(6_000))
+    huge += "<p style='display:flex'>late</p>"
+    part = judge_html(huge)
+    assert "html_partly_analysed" in codes(part.findings)
+    assert "css-display-flex" not in {f.slug for f in part.features}
 
 
 def test_notes_come_with_partial_support() -> None:

@@ -54,10 +54,12 @@ def judge_message(
     links_reason: str = "links are checked on request by the server (GET …/checks/links)",
     spam_reason: str = "no spam filter is configured here (the server asks rspamd at INBOXD_RSPAMD_URL)",
     auth_reason: str = "SPF, DKIM and DMARC need the reception data and DNS (computed by the server)",
+    mail_from: str | None = None,
 ) -> CheckReport:
     """The report of what needs no I/O: HTML and content judged; links listed but not checked, spam
-    and authentication skipped, each with its reason (never a made-up result)."""
-    parts = pure_parts(raw, parsed)
+    and authentication skipped, each with its reason (never a made-up result). ``mail_from`` is the
+    envelope sender when known (inboxd writes no Return-Path header at reception)."""
+    parts = pure_parts(raw, parsed, mail_from=mail_from)
     return combine(
         parts.html,
         LinksPart(verdict="skipped", items=parts.links, reason=links_reason),
