@@ -464,8 +464,7 @@ def _rules(nodes: list[tinycss2.ast.Node], slugs: frozenset[str], out: list[tupl
                 _rules(
                     tinycss2.parse_rule_list(node.content or [], skip_comments=False, skip_whitespace=True), slugs, out
                 )
-            elif name == "font-face":
-                _declarations(_block(node.content), slugs, [])  # its src and descriptors are not features
+            # @font-face's descriptors and @keyframes' steps are the at-rule's own, not features.
         elif isinstance(node, tinycss2.ast.Comment):
             out.append(("css-comments", "/* */"))
 
