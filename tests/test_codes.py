@@ -154,6 +154,8 @@ def test_hostile_input_is_bounded() -> None:
         ("", "Your sign-in phrase:\n\nmaple-river-stone-cloud\n", "", "maple-river-stone-cloud"),
         ("", "", "<h2>Temporary login code</h2><p style='font-size:24px'>dusk-amber-falcon</p>", "dusk-amber-falcon"),
         ("", "", "<p>Your code: <b>WXP-LQD</b></p>", "WXPLQD"),
+        ("", "Your Apple ID code:\n\nKQM-TRZ\n", "", "KQMTRZ"),  # "ID" names the account
+        ("", "Your customer account login code:\n\nab123-4567c\n", "", "ab123-4567c"),
     ],
 )
 def test_word_codes_labelled_and_set_apart(subject: str, text: str, html: str, code: str) -> None:
@@ -173,6 +175,7 @@ def test_word_codes_labelled_and_set_apart(subject: str, text: str, html: str, c
         "Our code of conduct:\n\nbe-kind-always\n",
         "Read our guide\n\nstate-of-the-art\n",
         "SKU code:\n\nTNT-BLU-XL\n",
+        "Enter the code for your order:\n\nab123-4567c\n",
     ],
 )
 def test_word_shapes_that_are_not_codes(text: str) -> None:

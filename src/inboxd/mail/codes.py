@@ -372,9 +372,16 @@ def _labelled_apart(lines: list[str], index: int, start: int, raw: str, ctx: _Co
             return False
         label = above[-1]
     label = label[-120:]
-    if not (_NOUNS.search(label) or _PHRASE_NOUNS.search(label)):
+    nouns = [m.start() for m in (*_NOUNS.finditer(label), *_PHRASE_NOUNS.finditer(label))]
+    if not nouns or _PROMOTION.search(label) or _NOT_A_CODE.search(label):
         return False
-    return not (_NEGATIVES.search(label) or _PROMOTION.search(label) or _NOT_A_CODE.search(label))
+    noun = max(nouns)
+    for negative in _NEGATIVES.finditer(label):
+        # A label naming something else after the code word ("code for your order"), or just before
+        # it ("tracking code", "SKU code"); "Apple ID code" names an account, not the code.
+        if negative.start() > noun or (noun - negative.end() <= 3 and negative.group(0).lower() != "id"):
+            return False
+    return True
 
 
 @dataclass(slots=True)
