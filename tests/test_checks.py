@@ -414,3 +414,13 @@ def test_check_command_json_is_the_report() -> None:
 def test_check_command_on_a_missing_file() -> None:
     done = check("/nonexistent/message.eml")
     assert done.returncode == 2 and "does not exist" in done.stderr
+
+
+def test_eight_bit_bytes_in_a_folded_header_and_not_in_the_body() -> None:
+    raw = (
+        b"From: a@x.example\r\nDate: Tue, 14 May 2024 10:00:00 +0000\r\nMessage-ID: <a@x.example>\r\n"
+        b"X-Note: first line\r\n  caf\xc3\xa9 on the second\r\nSubject: =?utf-8?q?caf=C3=A9?=\r\n\r\n"
+        b"caf\xc3\xa9 in the body is fine\r\n"
+    )
+    findings = [f for f in judge_message(raw).content.findings if f.code == "unencoded_8bit_header"]
+    assert [(f.severity, f.where) for f in findings] == [("error", "X-Note")]
