@@ -105,6 +105,7 @@ def test_unsupported_css_in_outlook() -> None:
     names = [c.name for c in html.clients]
     assert "Outlook Windows" in names[: len(names) // 2]
     assert [c.support for c in html.clients] == sorted(c.support for c in html.clients)
+    assert all(0 < c.tested <= len(html.features) and c.unsupported + c.partial <= c.tested for c in html.clients)
     assert html.verdict == "warning"
     assert 0 < html.support < 100  # type: ignore[operator]
     assert html.support == round(sum(c.support for c in html.clients) / len(html.clients), 1)

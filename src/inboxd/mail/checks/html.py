@@ -669,6 +669,7 @@ def _part(data: CaniemailData, features: list[Feature], counts: Counter[str], wh
             platform=data.clients[index][1],
             name=data.clients[index][2],
             support=round(100.0 * sum(values) / len(values), 1),
+            tested=len(values),
             unsupported=unsupported[index],
             partial=partial[index],
         )

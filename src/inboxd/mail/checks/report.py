@@ -75,7 +75,8 @@ class ClientSupport(msgspec.Struct, frozen=True, kw_only=True):
     platform: str  # caniemail's platform slug: "windows", "ios", "desktop-webmail"...
     name: str  # "Outlook Windows"
     support: float
-    unsupported: int  # how many of the message's features it does not support at all
+    tested: int  # how many of the message's features caniemail tested it on (the figure's base)
+    unsupported: int  # how many of them it does not support at all
     partial: int
 
 
