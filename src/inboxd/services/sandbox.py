@@ -75,8 +75,6 @@ class SandboxInfo:
 class SandboxDetail:
     detail: MessageDetail
     recipients: tuple[str, ...]
-    to: tuple[str, ...]
-    cc: tuple[str, ...]
     bcc: tuple[str, ...]
 
 
@@ -246,8 +244,6 @@ class SandboxService:
         return SandboxDetail(
             detail=detail,
             recipients=envelope,
-            to=named.to,
-            cc=named.cc,
             bcc=tuple(dict.fromkeys(hidden)),
         )
 
