@@ -1,0 +1,82 @@
+"""A new user's first hour (issue 23): every command inboxd prints at start, or for an MCP client,
+runs as printed; `inboxd --version` answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+from tests.conftest import free_port
+
+VERSION = version("inboxd")
+SIGN_IN_HINT = re.compile(r"`([^`]*users sign-in-link --email \S+)`")
+
+
+def run(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=60, check=False, cwd=cwd, env=env)
+
+
+def test_version_from_the_script_and_the_module() -> None:
+    script = Path(sys.executable).parent / "inboxd"
+    for command in ([str(script)], [sys.executable, "-m", "inboxd"]):
+        done = run(*command, "--version")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"inboxd, version {VERSION}"
+
+
+def start_and_read_hint(data_dir: Path, env: dict[str, str]) -> tuple[list[str], str]:
+    """Start `python -m inboxd serve`, read its banner up to the sign-in hint, stop it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inboxd", "serve"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            found = SIGN_IN_HINT.search(line)
+            if found:
+                return lines, found.group(1)
+        raise AssertionError("no sign-in hint:\n" + "".join(lines))
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
+def test_every_start_prints_a_sign_in_command_that_runs(tmp_path: Path) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("INBOXD_")},
+        "INBOXD_DATA_DIR": str(tmp_path / "data"),
+        "INBOXD_HTTP_PORT": str(free_port()),
+        "INBOXD_SMTP_PORT": str(free_port()),
+        "INBOXD_SUBMISSION_PORT": "0",
+        "INBOXD_LOG_LEVEL": "warning",
+    }
+    for start in ("first", "second"):
+        lines, command = start_and_read_hint(tmp_path / "data", env)
+        assert command.startswith(f"{sys.executable} -m inboxd "), command
+        if start == "second":
+            assert not any("bootstrap" in line for line in lines)
+        done = run("bash", "-c", command, env=env, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-1].startswith("http"), done.stdout
+
+
+def test_mcp_config_names_a_command_that_runs_from_anywhere(tmp_path: Path) -> None:
+    for started in ([str(Path(sys.executable).parent / "inboxd")], [sys.executable, "-m", "inboxd"]):
+        done = run(*started, "mcp", "--config", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        entry = json.loads(done.stdout)["mcpServers"]["inboxd"]
+        assert os.path.isabs(entry["command"]) and entry["args"][-1] == "mcp"
+        assert set(entry["env"]) == {"INBOXD_URL", "INBOXD_TOKEN"}
+        answered = run(entry["command"], *entry["args"][:-1], "--version", cwd="/")
+        assert answered.stdout.strip() == f"inboxd, version {VERSION}", answered.stderr
