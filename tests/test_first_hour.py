@@ -14,10 +14,11 @@ from pathlib import Path
 from tests.conftest import free_port
 
 VERSION = version("inboxd")
+Done = subprocess.CompletedProcess[str]
 SIGN_IN_HINT = re.compile(r"`([^`]*users sign-in-link --email \S+)`")
 
 
-def run(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None) -> Done:
     return subprocess.run(args, capture_output=True, text=True, timeout=60, check=False, cwd=cwd, env=env)
 
 
