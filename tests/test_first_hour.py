@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from importlib.metadata import version
@@ -81,3 +82,57 @@ def test_mcp_config_names_a_command_that_runs_from_anywhere(tmp_path: Path) -> N
         assert set(entry["env"]) == {"INBOXD_URL", "INBOXD_TOKEN"}
         answered = run(entry["command"], *entry["args"][:-1], "--version", cwd="/")
         assert answered.stdout.strip() == f"inboxd, version {VERSION}", answered.stderr
+
+
+def laptop_env(tmp_path: Path) -> dict[str, str]:
+    """`make run`'s settings (the defaults), on free ports and a fresh data directory."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("INBOXD_")},
+        "INBOXD_DATA_DIR": str(tmp_path / "data"),
+        "INBOXD_HTTP_PORT": str(free_port()),
+        "INBOXD_SMTP_PORT": str(free_port()),
+        "INBOXD_SUBMISSION_PORT": str(free_port()),
+    }
+
+
+def test_doctor_is_content_with_a_healthy_make_run(tmp_path: Path) -> None:
+    env = laptop_env(tmp_path)
+    inboxd = str(Path(sys.executable).parent / "inboxd")
+    serve = subprocess.Popen(
+        [inboxd, "serve"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        assert serve.stdout is not None
+        for line in serve.stdout:
+            if SIGN_IN_HINT.search(line):
+                break
+        doctor = run(inboxd, "doctor", env=env, cwd=tmp_path)
+    finally:
+        serve.terminate()
+        serve.communicate(timeout=30)
+    assert doctor.returncode == 0, doctor.stdout
+    lines = doctor.stdout.splitlines()
+    assert all(line.startswith("ok ") for line in lines[:-1]), doctor.stdout
+    running = [line for line in lines if "inboxd is running there" in line]
+    assert [line.split(":")[0].split(maxsplit=1)[1] for line in running] == [
+        "http port",
+        "smtp port",
+        "submission port",
+    ]
+    assert lines[-1] == "inboxd doctor: all checks passed."
+
+
+def test_doctor_reports_pending_migrations(tmp_path: Path) -> None:
+    from inboxd.store import migrate
+
+    env = laptop_env(tmp_path)
+    assert run(sys.executable, "-m", "inboxd", "migrate", env=env).returncode == 0
+    head = migrate.head_revision()
+    older = "0001"  # the first migration: always known, never the head
+    with sqlite3.connect(tmp_path / "data" / "inboxd.sqlite3") as db:
+        db.execute("UPDATE alembic_version SET version_num = ?", (older,))
+    doctor = run(sys.executable, "-m", "inboxd", "doctor", env=env)
+    assert (
+        "warn  database: " in doctor.stdout
+        and f"migrations are pending (schema {older}, this inboxd's is {head})" in doctor.stdout
+    ), doctor.stdout
