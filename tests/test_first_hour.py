@@ -4,6 +4,7 @@ runs as printed; `inboxd --version` answers."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -11,8 +12,13 @@ import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
-from tests.conftest import free_port
+import httpx
+import pytest
+
+from tests.conftest import Harness, free_port, simple_message
+from tests.test_search import restart, run_sql
 
 VERSION = version("inboxd")
 Done = subprocess.CompletedProcess[str]
@@ -136,3 +142,41 @@ def test_doctor_reports_pending_migrations(tmp_path: Path) -> None:
         "warn  database: " in doctor.stdout
         and f"migrations are pending (schema {older}, this inboxd's is {head})" in doctor.stdout
     ), doctor.stdout
+
+
+@pytest.fixture
+def info_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """INFO records of inboxd's loggers, from before the server starts (list it before `harness`)."""
+    caplog.set_level(logging.INFO, logger="inboxd")
+    return caplog
+
+
+REBUILT = "search index format changed"
+
+
+async def indexed(http: httpx.AsyncClient, harness: Harness, box: dict[str, Any], word: str) -> None:
+    """Returns once `word` is found by full-text search: the indexer has passed its start-up check."""
+    found = await http.get(
+        f"/api/accounts/{box['id']}/messages/wait", params={"q": word, "timeout": "20"}, headers=harness.auth()
+    )
+    assert found.status_code == 200, found.text
+
+
+async def test_first_start_says_nothing_of_the_search_index_format(
+    info_logs: pytest.LogCaptureFixture, harness: Harness
+) -> None:
+    box = await harness.new_mailbox()
+    await harness.send(box["address"], simple_message(subject="Hello", body="the quokka waits\n"))
+    await indexed(harness.http, harness, box, "quokka")
+    assert not [r for r in info_logs.records if REBUILT in r.getMessage()]
+
+    # An index an older inboxd built is rebuilt, and that is said.
+    await harness.server.stop()
+    run_sql(harness, {"sqlite": [STALE, "DELETE FROM message_fts"], "postgres": [STALE]})
+    again = await restart(harness)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{again.http_port}", timeout=30) as http:
+        await indexed(http, harness, box, "quokka")
+    assert [r for r in info_logs.records if REBUILT in r.getMessage()]
+
+
+STALE = "UPDATE meta SET value = '1' WHERE key = 'search_format'"
