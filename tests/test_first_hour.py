@@ -3,6 +3,7 @@ runs as printed; `inboxd --version` answers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -18,6 +19,8 @@ import httpx
 import pytest
 
 from tests.conftest import Harness, free_port, simple_message
+from tests.serverproc import ServerProcess
+from tests.test_observability import samples, value
 from tests.test_search import restart, run_sql
 
 VERSION = version("inboxd")
@@ -180,3 +183,51 @@ async def test_first_start_says_nothing_of_the_search_index_format(
 
 
 STALE = "UPDATE meta SET value = '1' WHERE key = 'search_format'"
+
+
+async def test_page_routes_counted_by_template_and_no_created_series(tmp_path: Path) -> None:
+    server = await ServerProcess.start(tmp_path / "data", INBOXD_METRICS_TOKEN="metrics-secret-value")
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}", timeout=30) as http:
+            assert (await http.get("/auth/sign-in")).status_code == 200
+            assert (await http.get("/healthz")).status_code == 200
+            scraped = await http.get("/metrics", headers={"Authorization": "Bearer metrics-secret-value"})
+    finally:
+        await server.stop()
+    found = samples(scraped.text)
+    counted = "inboxd_http_requests_total"
+    assert value(found, counted, method="GET", route="/auth/sign-in", status="200") == 1
+    assert value(found, counted, method="GET", route="/healthz", status="200") == 1
+    assert not [labels for name, labels in found if ("route", "unmatched") in labels]
+    assert not [name for name, _ in found if name.endswith("_created")]
+
+
+LOG_LINE = {
+    "text": re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<logger>\S+): "),
+    "json": re.compile(r'\{"time": "[^"]+Z", "level": "\w+", "logger": "(?P<logger>[^"]+)", "message": '),
+}
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+async def test_uvicorn_lines_come_out_in_inboxd_s_format(tmp_path: Path, fmt: str) -> None:
+    """Start, an error uvicorn reports itself (a request it cannot parse), stop: every line on
+    the console is the banner or one of our log lines, uvicorn's included."""
+    server = await ServerProcess.start(tmp_path / "data", INBOXD_LOG_LEVEL="info", INBOXD_LOG_FORMAT=fmt)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.http_port)
+        writer.write(b"NOT HTTP AT ALL\x01\r\n\r\n")
+        await writer.drain()
+        assert (await reader.read()).startswith(b"HTTP/1.1 400")
+        writer.close()
+    finally:
+        await server.stop()
+    uvicorn_said = []
+    for line in "".join(server.output).splitlines():
+        if line.startswith(("inboxd: ", "ibx_", "http://")):  # the banner (standard output)
+            continue
+        found = LOG_LINE[fmt].match(line)
+        assert found, f"not in inboxd's {fmt} format: {line!r}"
+        if found.group("logger").startswith("uvicorn"):
+            uvicorn_said.append(json.loads(line)["message"] if fmt == "json" else line.split(": ", 1)[1])
+    for expected in ("Started server process", "Invalid HTTP request received.", "Shutting down", "Finished server"):
+        assert any(said.startswith(expected) for said in uvicorn_said), (expected, uvicorn_said)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import uvicorn
+from prometheus_client import disable_created_metrics
 
 from inboxd.api.app import build_asgi
 from inboxd.api.operations import metrics_app
@@ -174,6 +175,9 @@ class Inboxd:
         self._webhook_worker: WebhookWorker | None = None
         self._indexer: SearchIndexer | None = None
         self._stack = contextlib.AsyncExitStack()
+        # `*_created` series hold a start time per label set, which no dashboard here reads:
+        # prometheus_client's switch is process-wide, so the composition root sets it.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.metrics = Metrics()
         self._keyring: Keyring | None = None
 
