@@ -11,6 +11,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+import tomllib
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -231,3 +232,15 @@ async def test_uvicorn_lines_come_out_in_inboxd_s_format(tmp_path: Path, fmt: st
             uvicorn_said.append(json.loads(line)["message"] if fmt == "json" else line.split(": ", 1)[1])
     for expected in ("Started server process", "Invalid HTTP request received.", "Shutting down", "Finished server"):
         assert any(said.startswith(expected) for said in uvicorn_said), (expected, uvicorn_said)
+
+
+def test_the_pytest_extra_and_a_clear_message_without_pytest() -> None:
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]
+    assert [r for r in project["optional-dependencies"]["pytest"] if r.startswith("pytest")]
+    assert project["entry-points"]["pytest11"]["inboxd"] == "inboxd.testing.plugin"
+    without_pytest = "import sys; sys.modules['pytest'] = None; import inboxd.testing.plugin"
+    done = run(sys.executable, "-c", without_pytest)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "ImportError: inboxd's pytest plugin needs pytest: pip install 'inboxd[pytest]'"
+    )

@@ -113,3 +113,8 @@ def test_first_session_shows_what_a_204_did() -> None:
     quiet = [line for line in first.splitlines() if re.search(r"curl .*-X (PUT|DELETE)", line)]
     assert len(quiet) == 3
     assert all("-w '%{http_code}\\n'" in line for line in quiet), quiet
+
+
+def test_first_session_sends_with_what_every_python_has() -> None:
+    (first,) = blocks(README[README.index("## A first session") :], "sh")[:1]
+    assert "import smtplib" in first and first.index("import smtplib") < first.index("swaks")
