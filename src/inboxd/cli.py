@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -80,8 +81,8 @@ def _typed(path: str) -> str:
     # symlinks are kept, as resolving them would leave the venv.
     relative = os.path.relpath(os.path.abspath(path))
     if relative.startswith(".."):
-        return os.path.abspath(path)
-    return relative if os.sep in relative else f".{os.sep}{relative}"
+        return shlex.quote(os.path.abspath(path))
+    return shlex.quote(relative if os.sep in relative else f".{os.sep}{relative}")
 
 
 @click.group()
@@ -138,7 +139,7 @@ def serve(
     from inboxd.keyring import SecretKeyError
 
     # Commands printed at start reach this data directory even when it came from --data-dir.
-    command = invocation() if data_dir is None else f"INBOXD_DATA_DIR={data_dir} {invocation()}"
+    command = invocation() if data_dir is None else f"INBOXD_DATA_DIR={shlex.quote(str(data_dir))} {invocation()}"
     try:
         _run(run_server(settings, migrating=migrating, command=command))
     except SecretKeyError as exc:
@@ -162,12 +163,12 @@ def mcp_command(print_config: bool) -> None:
 def mcp_config() -> dict[str, object]:
     """An `mcpServers` entry whose command is this inboxd by absolute path: an MCP client starts
     it from its own directory, where neither `.venv/bin/inboxd` nor PATH may lead here."""
-    typed = invocation()
-    if typed.endswith(" -m inboxd"):
+    if Path(sys.argv[0]).name == "__main__.py":
         command, args = os.path.abspath(sys.executable), ["-m", "inboxd", "mcp"]
     else:
-        command, args = os.path.abspath(shutil.which(typed) or typed), ["mcp"]
-    env = {"INBOXD_URL": os.environ.get("INBOXD_URL", "http://127.0.0.1:8025"), "INBOXD_TOKEN": "ibx_…"}
+        command, args = os.path.abspath(shutil.which(sys.argv[0]) or sys.argv[0]), ["mcp"]
+    url = os.environ.get("INBOXD_URL") or _settings().base_url.rstrip("/")
+    env = {"INBOXD_URL": url, "INBOXD_TOKEN": "ibx_…"}
     return {"mcpServers": {"inboxd": {"command": command, "args": args, "env": env}}}
 
 
