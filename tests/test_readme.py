@@ -118,3 +118,39 @@ def test_first_session_shows_what_a_204_did() -> None:
 def test_first_session_sends_with_what_every_python_has() -> None:
     (first,) = blocks(README[README.index("## A first session") :], "sh")[:1]
     assert "import smtplib" in first and first.index("import smtplib") < first.index("swaks")
+
+
+def test_first_session_runs_as_shown(tmp_path: Path) -> None:
+    """The whole first session, on free ports, from a directory whose `data/` is the server's."""
+    (first,) = blocks(README[README.index("## A first session") :], "sh")[:1]
+    http, smtp = free_port(), free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("INBOXD_")},
+        "INBOXD_HTTP_PORT": str(http),
+        "INBOXD_SMTP_PORT": str(smtp),
+        "INBOXD_SUBMISSION_PORT": "0",
+        "INBOXD_DATA_DIR": str(tmp_path / "data"),
+    }
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "inboxd", "serve"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert serve.stdout is not None
+        for line in serve.stdout:
+            if "HTTP on" in line:
+                break
+        script = first.replace("8025", str(http)).replace("2525", str(smtp)).replace("python3", sys.executable)
+        done = subprocess.run(
+            ["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+    finally:
+        serve.terminate()
+        serve.communicate(timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert "Welcome! Your code is 123456." in done.stdout
+    assert done.stdout.splitlines()[-3:] == ["204", "204", "204"], done.stdout
