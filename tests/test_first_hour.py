@@ -41,7 +41,7 @@ def test_version_from_the_script_and_the_module() -> None:
         assert done.stdout.strip() == f"inboxd, version {VERSION}"
 
 
-def start_and_read_hint(data_dir: Path, env: dict[str, str]) -> tuple[list[str], str]:
+def start_and_read_hint(env: dict[str, str]) -> tuple[list[str], str]:
     """Start `python -m inboxd serve`, read its banner up to the sign-in hint, stop it."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "inboxd", "serve"],
@@ -74,7 +74,7 @@ def test_every_start_prints_a_sign_in_command_that_runs(tmp_path: Path) -> None:
         "INBOXD_LOG_LEVEL": "warning",
     }
     for start in ("first", "second"):
-        lines, command = start_and_read_hint(tmp_path / "data", env)
+        lines, command = start_and_read_hint(env)
         assert command.startswith(f"{sys.executable} -m inboxd "), command
         if start == "second":
             assert not any("bootstrap" in line for line in lines)
