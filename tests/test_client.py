@@ -108,6 +108,7 @@ async def test_pro_operations_and_the_sandbox(harness: Harness) -> None:
         await asyncio.to_thread(submit)
         captured = await client.wait_for_sandbox(subject="from the app", timeout=10)
         assert captured.code == "880011" and captured.recipients == ("someone@example.test",)
+        assert (captured.to, captured.cc) == ("someone@example.test", "")  # one type, as in `Message`
         assert [m.subject for m in await client.sandbox_messages()] == ["From the app"]
         assert (await client.sandbox_message(captured.id)).id == captured.id
         assert await client.purge_sandbox() == 1

@@ -213,8 +213,8 @@ class SandboxMessage(_Detail):
     """A message the SMTP sandbox captured: the detail plus where it was sent."""
 
     recipients: tuple[str, ...] = ()
-    to: tuple[str, ...] = ()
-    cc: tuple[str, ...] = ()
+    to: str = ""  # as in `Message`; the envelope is in `recipients`
+    cc: str = ""
     bcc: tuple[str, ...] = ()
 
     @classmethod
@@ -222,8 +222,8 @@ class SandboxMessage(_Detail):
         return cls(
             **cls._common(data),
             recipients=tuple(data.get("recipients", ())),
-            to=tuple(data.get("to", ())),
-            cc=tuple(data.get("cc", ())),
+            to=data.get("to", ""),
+            cc=data.get("cc", ""),
             bcc=tuple(data.get("bcc", ())),
         )
 

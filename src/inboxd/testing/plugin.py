@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-import pytest
+try:
+    import pytest
+except ImportError as exc:  # the entry point is only loaded by pytest, but an import by hand is not
+    raise ImportError("inboxd's pytest plugin needs pytest: pip install 'inboxd[pytest]'") from exc
 
 from inboxd.client import ApiError
 from inboxd.testing.mailbox import TestMailbox, TestSandbox
