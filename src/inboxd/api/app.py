@@ -8,7 +8,7 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
-from inboxd.api import accounts, docs, messages, operations, public, sandbox, user, webhooks, ws
+from inboxd.api import accounts, docs, messages, operations, public, sandbox, server, user, webhooks, ws
 from inboxd.api.errors import AnswerUnexpected, on_http_error, on_inboxd_error
 from inboxd.api.observe import Observe
 from inboxd.errors import InboxdError
@@ -28,6 +28,7 @@ def api_routes() -> list[BaseRoute]:
         *webhooks.routes,
         *docs.routes,
         *operations.routes,
+        *server.routes,
     ]
 
 
