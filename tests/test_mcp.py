@@ -128,14 +128,19 @@ async def test_mcp_treats_mail_as_untrusted(harness: Harness) -> None:
 
 
 @sqlite_only
-async def test_mcp_reaches_a_mailbox_made_in_the_dashboard(harness: Harness) -> None:
-    """The same user's mailbox made in the dashboard: the token's routes answer 404, the tools go
-    through the user's. And the server names itself with the package's version."""
-    made = await dashboard_mailbox(harness, "from-the-dashboard")
-    await harness.send(made["address"], simple_message(subject="Made by hand", body="Your code is 551 002."))
+async def test_mcp_server_info_carries_the_package_version(harness: Harness) -> None:
     async with Client(mcp_server(harness)) as client:
         assert client.server_info is not None
         assert (client.server_info.name, client.server_info.version) == ("inboxd", metadata.version("inboxd"))
+
+
+@sqlite_only
+async def test_mcp_reaches_a_mailbox_made_in_the_dashboard(harness: Harness) -> None:
+    """The same user's mailbox made in the dashboard: the token's routes answer 404, the tools go
+    through the user's."""
+    made = await dashboard_mailbox(harness, "from-the-dashboard")
+    await harness.send(made["address"], simple_message(subject="Made by hand", body="Your code is 551 002."))
+    async with Client(mcp_server(harness)) as client:
         listed = data(await client.call_tool("list_messages", {"mailbox": made["address"]}))["messages"]
         assert [m["subject"] for m in listed] == ["Made by hand"]
         waited = data(await client.call_tool("wait_for_message", {"mailbox": made["id"], "timeout": 10}))
