@@ -76,6 +76,18 @@ def test_failed_wait(inboxd, mailbox):
     send(inboxd, mailbox.address, "Welcome aboard", "Hello!")
     mailbox.wait_for(timeout=10)
     mailbox.wait_for(subject="Reset your password", timeout=1)
+
+
+def test_the_embedded_servers_sandbox_is_the_runs_own(sandbox):
+    message = EmailMessage()
+    message["From"] = "app@example.com"
+    message["To"] = "customer@example.org"
+    message["Subject"] = "Receipt"
+    message.set_content("Order 12 is paid.")
+    with smtplib.SMTP(sandbox.smtp_host, sandbox.smtp_port) as smtp:
+        smtp.login(sandbox.username, sandbox.password)
+        smtp.send_message(message)
+    assert sandbox.wait_for(timeout=20).subject == "Receipt"
 """
 
 REMOTE_SUITE = """
@@ -108,7 +120,7 @@ def test_sandbox(sandbox):
 def test_embedded_inboxd(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_app=EMBEDDED_SUITE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=240)
-    result.assert_outcomes(passed=3, failed=1)
+    result.assert_outcomes(passed=4, failed=1)
     result.stdout.fnmatch_lines(
         [
             "E * inboxd: a message with subject='Reset your password' newer than the one the previous wait_for "
