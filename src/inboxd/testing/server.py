@@ -148,7 +148,9 @@ def connect(url: str, token: str, smtp: str | None = None) -> InboxdServer:
         try:
             info = server.client.server()
         except ApiError as exc:
-            if exc.status != 404:  # an inboxd older than `GET /api/server`: `send` asks for --inboxd-smtp
+            # An inboxd older than `GET /api/server` answers 404: the address stays unknown, and
+            # `send` asks for --inboxd-smtp.
+            if exc.status != 404:
                 raise
         else:
             server.smtp_host, server.smtp_port = info.smtp_host, info.smtp_port
