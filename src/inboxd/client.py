@@ -17,8 +17,8 @@ shared server without failing.
 
 `/api/accounts/...` answers only for the mailboxes the token made; the user's other mailboxes (made
 in the dashboard, or with another token) answer 404 there and are reached through the user's routes
-(`/api/user/accounts/{id}/...`, Pro). Listing, waiting, deleting and resetting a password try the
-token's route, then the user's on a 404, and remember which one answered.
+(`/api/user/accounts/{id}/...`, Pro). Listing, waiting, reading a message, deleting and resetting
+a password try the token's route, then the user's on a 404, and remember which one answered.
 """
 
 from __future__ import annotations
@@ -597,7 +597,11 @@ class Client(_Base):
         )
 
     def message(self, mailbox: str, message_id: str) -> Message:
-        return self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}", _message))
+        return self._either(
+            mailbox,
+            lambda: self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}", _message)),
+            lambda: self._run(_Ops.get(f"{_account(mailbox)}/{_seg(message_id)}", _message)),
+        )
 
     def wait_for(self, mailbox: str, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> Message:
         """The newest message the filters keep, once there is one; `WaitTimedOut` after `timeout` s."""
@@ -801,7 +805,11 @@ class AsyncClient(_Base):
         )
 
     async def message(self, mailbox: str, message_id: str) -> Message:
-        return await self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}", _message))
+        return await self._either(
+            mailbox,
+            lambda: self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}", _message)),
+            lambda: self._run(_Ops.get(f"{_account(mailbox)}/{_seg(message_id)}", _message)),
+        )
 
     async def wait_for(self, mailbox: str, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> Message:  # noqa: ASYNC109
         flt = _filters(**filters)

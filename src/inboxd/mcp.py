@@ -6,8 +6,8 @@ Tools: `create_mailbox`, `list_messages`, `read_message`, `wait_for_message` (su
 codes and links of the message that arrives) and `delete_mailbox`. An API error comes back as a
 tool error whose text is the API's code and message, so the agent can read and correct it. A
 mailbox of the token's user made elsewhere (in the dashboard, with another token) is listed,
-waited on and deleted through the user's routes (the client falls back to them); `serverInfo`
-carries the package's version.
+read, waited on and deleted through the user's routes (the client falls back to them);
+`serverInfo` carries the package's version.
 
 Mail is written by whoever sends it, so it is untrusted input for the agent: a tool gives the text
 body only (an HTML-only message as the text a reader sees, hidden elements dropped, so text styled

@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from inboxd.api import schemas
 from inboxd.api.filters import FILTER_QUERY, WAIT_DESCRIPTION, WAIT_QUERY, message_filter, wait_response, wait_timeout
-from inboxd.api.http import Call, endpoint, int_query, json_response, no_content, read_json
+from inboxd.api.http import Call, endpoint, int_query, json_response, json_stream_response, no_content, read_json
 from inboxd.api.openapi import Query, describe
 
 pro = endpoint(pro=True)
@@ -74,6 +74,24 @@ async def wait_account_message(request: Request, call: Call) -> Response:
     flt, timeout = message_filter(request), wait_timeout(request)
     mailbox = await call.services.mailboxes.find(call.principal, request.path_params["id"], scope="user")
     return await wait_response(request, call.services.waits.wait(mailbox, flt, within=timeout), schemas.message_detail)
+
+
+@describe(
+    "Get a message of any of the user's mailboxes",
+    tag="pro",
+    description="As `GET /api/accounts/{mailbox}/messages/{id}`, for a mailbox made in the dashboard or "
+    "with another token; reading does not mark the message read.",
+    response=schemas.MessageDetailOut,
+    errors=(404, 410),
+    extension=True,
+)
+@pro
+async def get_account_message(request: Request, call: Call) -> Response:
+    messages = call.services.messages
+    read = messages.detail_in(request.path_params["id"])
+    opened = await call.services.mailboxes.read_in(call.principal, request.path_params["mailbox"], read, scope="user")
+    detail = await messages.detail_of(opened)
+    return json_stream_response(schemas.message_detail(detail), fields=("text_body", "html_body"))
 
 
 @describe("Delete any of the user's mailboxes", tag="pro", status=204, errors=(404,))
@@ -182,6 +200,7 @@ routes = [
     Route("/api/user/accounts/{id}", delete_account, methods=["DELETE"]),
     Route("/api/user/accounts/{id}/messages", list_account_messages, methods=["GET"]),
     Route("/api/user/accounts/{id}/messages/wait", wait_account_message, methods=["GET"]),
+    Route("/api/user/accounts/{mailbox}/messages/{id}", get_account_message, methods=["GET"]),
     Route("/api/user/accounts/{id}/reset-password", reset_account_password, methods=["PUT"]),
     Route("/api/user/domains", list_domains, methods=["GET"]),
     Route("/api/user/domains", add_domain, methods=["POST"]),
