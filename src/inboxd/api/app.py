@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from inboxd.api import accounts, docs, messages, operations, public, sandbox, user, webhooks
+from inboxd.api import accounts, docs, messages, operations, public, sandbox, server, user, webhooks
 
 
 def api_routes() -> list[BaseRoute]:
@@ -18,4 +18,5 @@ def api_routes() -> list[BaseRoute]:
         *webhooks.routes,
         *docs.routes,
         *operations.routes,
+        *server.routes,
     ]
