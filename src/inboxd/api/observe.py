@@ -4,7 +4,8 @@ The request id is the client's `X-Request-ID` when it is a plausible one (1-64 c
 letters, digits, `.`, `_`, `-`), otherwise a fresh one; it is set for the log lines written
 while the request runs and returned in `X-Request-ID`. The route label is the matched route's
 template (`/api/accounts/{mailbox}`), never the raw path, so the metrics' label set stays small;
-an unmatched path counts as `unmatched`.
+an unmatched path counts as `unmatched`. The log line's `client` is the client address as the
+limits see it (`http/client_address.py`: what a trusted proxy reports, else the peer).
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from inboxd.http.client_address import scope_client_address
 from inboxd.logs import request_id
 from inboxd.metrics import Metrics
 
@@ -48,10 +50,13 @@ def _incoming_id(scope: Scope) -> str:
 
 
 class Observe:
-    def __init__(self, app: ASGIApp, *, metrics: Metrics, routes: Iterable[BaseRoute]) -> None:
+    def __init__(
+        self, app: ASGIApp, *, metrics: Metrics, routes: Iterable[BaseRoute], trusted_proxies: Sequence[str] = ()
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.templates = route_templates(routes)
+        self.trusted_proxies = tuple(trusted_proxies)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -88,7 +93,7 @@ class Observe:
                     status,
                     extra={
                         "fields": {
-                            "client": (scope.get("client") or ("-",))[0],
+                            "client": scope_client_address(scope, self.trusted_proxies),
                             "route": route,
                             "bytes": size,
                             "ms": round(elapsed * 1000, 2),

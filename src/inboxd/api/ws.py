@@ -231,7 +231,7 @@ class WebSocketHub:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Only this frame (and the server's) stays suspended while a connection idles.
-        ip = client_ip(scope)
+        ip = client_ip(scope, self._services.settings.trusted_proxies)
         if not self.unauthenticated.enter(ip):
             if (await receive())["type"] == "websocket.connect":
                 await _deny(scope, receive, send, status=429, body=_BUSY)
