@@ -154,3 +154,16 @@ async def test_a_sign_out_through_one_process_closes_live_sockets_on_another(mak
     finally:
         await b.stop()
         await a.stop()
+
+
+async def test_a_sign_in_that_replaces_the_session_closes_its_live_sockets(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    services = harness.server.services
+    async with signed_in(harness) as client:
+        token, _ = await live_token(harness, client, box["id"])
+        async with authed(harness.server.http_port, token) as live:
+            # Signing in again in the same browser ends the session the token was handed to.
+            link = await services.sign_in.issue_link(await services.users.user_by_email("admin@localhost"))
+            again = await client.post(link.split("8025", 1)[1], headers=origin(harness))
+            assert again.status_code == 303, again.text
+            assert await refused(live) == ({"error": "session_ended"}, 1008)

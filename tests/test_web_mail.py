@@ -219,7 +219,7 @@ async def test_the_live_inbox_stops_when_its_session_signs_out(start_web: StartW
     await other.goto("/account")
     await other.get_by_role("button", name="Sign out", exact=True).click()
     await expect(other).to_have_url(re.compile(r"/auth/sign-in"))
-    await expect(page.locator("#live-status")).to_have_text("Signed out: sign in again for live updates")
+    await expect(page.locator("#live-status")).to_have_text("Session ended: reload the page for live updates")
 
 
 async def test_hostile_html_stays_inert(start_web: StartWeb, remote: RemoteHost) -> None:

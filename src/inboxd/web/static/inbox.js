@@ -83,7 +83,7 @@
       } else if (data.error === "session_ended") {
         // Signed out (here, in another tab, everywhere): a new token would be refused, so stop.
         signedOut = true;
-        setStatus("off", "Signed out: sign in again for live updates");
+        setStatus("off", "Session ended: reload the page for live updates");
       }
     });
     socket.addEventListener("close", () => {
