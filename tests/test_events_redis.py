@@ -17,9 +17,11 @@ import pytest
 
 from inboxd.app import Inboxd
 from inboxd.events_redis import RedisBus
-from tests.conftest import PG_URL, REDIS_URL, Clock, free_port, send_mail
+from tests.conftest import PG_URL, REDIS_URL, Clock, Harness, free_port, send_mail
 from tests.serverproc import ServerProcess
 from tests.test_events import event
+from tests.test_live_inbox_token import live_token
+from tests.test_web_sessions import signed_in
 from tests.wsclient import authed, open_ws, refused
 
 postgres_only = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
@@ -209,6 +211,46 @@ async def test_a_reset_missed_during_a_redis_outage_still_cuts_off(make_settings
                 await a.stop()
                 redis = await start_redis(port)
                 assert await refused(on_b) == ({"error": "invalid_token"}, 1008)
+    finally:
+        await a.stop()
+        await b.stop()
+        redis.terminate()
+        await redis.wait()
+
+
+@postgres_only
+async def test_a_sign_out_missed_during_a_redis_outage_still_closes_live_sockets(
+    make_settings: Any, clock: Clock
+) -> None:
+    """As above for a browser session's end: the resync checks live sockets' sessions too."""
+    port = free_port()
+    redis = await start_redis(port)
+    settings = make_settings(redis_url=f"redis://127.0.0.1:{port}/0")
+    a, b = Inboxd(settings, clock=clock), Inboxd(settings, clock=clock)
+    await a.start()
+    await b.start()
+    try:
+        assert a.bootstrap_token is not None
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{a.http_port}", timeout=30) as http:
+            h = Harness(server=a, http=http, clock=clock, admin_token=a.bootstrap_token)
+            box = await h.new_mailbox()
+            async with signed_in(h) as client:
+                token, _ = await live_token(h, client, box["id"])
+                async with authed(b.http_port, token) as on_b:
+                    bus_b = b.services.bus
+                    assert isinstance(bus_b, RedisBus)
+                    redis.terminate()
+                    await redis.wait()
+                    async with asyncio.timeout(10):
+                        while bus_b.subscribed.is_set():
+                            await asyncio.sleep(0.02)
+                    # The sign-out handler's call, made directly as above.
+                    session = await a.services.sessions.resolve(client.cookies["inboxd_session"])
+                    assert session is not None
+                    await a.services.sessions.end(session)
+                    await a.stop()
+                    redis = await start_redis(port)
+                    assert await refused(on_b) == ({"error": "session_ended"}, 1008)
     finally:
         await a.stop()
         await b.stop()

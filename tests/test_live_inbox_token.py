@@ -3,13 +3,18 @@ one mailbox's `/api/ws` only (never REST), for minutes, while the browser sessio
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import uuid
+from typing import Any
 
 import httpx
+import pytest
 
-from tests.conftest import Harness
-from tests.test_web_sessions import origin, signed_in
+from inboxd.app import Inboxd
+from tests.conftest import REDIS_URL, Clock, Harness
+from tests.test_web_sessions import csrf_of, origin, signed_in
 from tests.wsclient import authed, open_ws, refused
 
 
@@ -82,3 +87,83 @@ async def test_the_live_token_stops_working_when_the_session_signs_out(harness: 
         # Another browser session of the same user is not signed out by it.
         async with authed(harness.server.http_port, other_session):
             pass
+
+
+async def test_open_live_sockets_close_when_their_session_signs_out(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    port = harness.server.http_port
+    async with signed_in(harness) as client, signed_in(harness) as elsewhere:
+        token, csrf = await live_token(harness, client, box["id"])
+        other_token, other_csrf = await live_token(harness, elsewhere, box["id"])
+        async with (
+            authed(port, token) as live,
+            authed(port, other_token) as other_live,
+            authed(port, box["token"]) as api_socket,
+        ):
+            out = await client.post("/auth/sign-out", data={"csrf_token": csrf}, headers=origin(harness))
+            assert out.status_code == 303, out.text
+            assert await refused(live) == ({"error": "session_ended"}, 1008)
+            assert live.close_reason == "session ended"
+            # The other browser session's socket, and one opened with a mailbox token, still get mail.
+            await harness.send(box["address"])
+            for ws in (other_live, api_socket):
+                assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "new_email"
+            # Signing out everywhere ends the other session too; the mailbox token's socket stays.
+            out = await elsewhere.post(
+                "/auth/sign-out-everywhere", data={"csrf_token": other_csrf}, headers=origin(harness)
+            )
+            assert out.status_code == 303, out.text
+            assert await refused(other_live) == ({"error": "session_ended"}, 1008)
+            await harness.send(box["address"])
+            assert json.loads(await asyncio.wait_for(api_socket.recv(), 10))["type"] == "new_email"
+
+
+async def test_open_live_sockets_close_when_an_admin_suspends_their_user(harness: Harness) -> None:
+    email = f"suspended-{uuid.uuid4().hex[:6]}@example.test"
+    box = await harness.new_mailbox(await harness.new_user(email=email))
+    user = await harness.server.services.users.user_by_email(email)
+    async with signed_in(harness, email) as client, signed_in(harness) as admin:
+        token, _ = await live_token(harness, client, box["id"])
+        async with authed(harness.server.http_port, token) as live:
+            page = await admin.get(f"/admin/users/{user.id}")
+            assert page.status_code == 200, page.text
+            form = {"csrf_token": csrf_of(page.text), "status": "suspended"}
+            answer = await admin.post(f"/admin/users/{user.id}", data=form, headers=origin(harness))
+            assert answer.status_code == 303, answer.text
+            assert await refused(live) == ({"error": "session_ended"}, 1008)
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+async def test_a_sign_out_through_one_process_closes_live_sockets_on_another(make_settings: Any, clock: Clock) -> None:
+    settings = make_settings(redis_url=REDIS_URL)
+    a, b = Inboxd(settings, clock=clock), Inboxd(settings, clock=clock)
+    await a.start()
+    await b.start()
+    try:
+        assert a.bootstrap_token is not None
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{a.http_port}", timeout=30) as http:
+            h = Harness(server=a, http=http, clock=clock, admin_token=a.bootstrap_token)
+            box = await h.new_mailbox()
+            async with signed_in(h) as client:
+                token, csrf = await live_token(h, client, box["id"])
+                async with authed(b.http_port, token) as on_b, authed(a.http_port, token) as on_a:
+                    out = await client.post("/auth/sign-out", data={"csrf_token": csrf}, headers=origin(h))
+                    assert out.status_code == 303, out.text
+                    assert await refused(on_b) == ({"error": "session_ended"}, 1008)
+                    assert await refused(on_a) == ({"error": "session_ended"}, 1008)
+    finally:
+        await b.stop()
+        await a.stop()
+
+
+async def test_a_sign_in_that_replaces_the_session_closes_its_live_sockets(harness: Harness) -> None:
+    box = await harness.new_mailbox()
+    services = harness.server.services
+    async with signed_in(harness) as client:
+        token, _ = await live_token(harness, client, box["id"])
+        async with authed(harness.server.http_port, token) as live:
+            # Signing in again in the same browser ends the session the token was handed to.
+            link = await services.sign_in.issue_link(await services.users.user_by_email("admin@localhost"))
+            again = await client.post(link.split("8025", 1)[1], headers=origin(harness))
+            assert again.status_code == 303, again.text
+            assert await refused(live) == ({"error": "session_ended"}, 1008)

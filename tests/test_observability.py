@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import smtplib
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import send_mail
+from inboxd.app import Inboxd
+from tests.conftest import Clock, send_mail
 from tests.serverproc import ServerProcess
 
 PASSWORD = "hunter2-correct-horse"
@@ -186,3 +189,23 @@ async def test_what_answers_without_authentication(tmp_path: Path) -> None:
             assert (await metrics.get("/healthz")).status_code == 404
     finally:
         await server.stop()
+
+
+async def test_the_access_log_names_the_client_a_trusted_proxy_reports(
+    make_settings: Any, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = make_settings(trusted_proxies=["127.0.0.1/32"])
+    caplog.set_level(logging.INFO, logger="inboxd.http")
+    async with Inboxd(settings, clock=clock) as server:
+        for source, forwarded_for in (("127.0.0.1", "203.0.113.5"), ("127.0.0.2", "192.0.2.9")):
+            transport = httpx.AsyncHTTPTransport(local_address=source)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}", transport=transport) as http:
+                answer = await http.get("/healthz", headers={"X-Forwarded-For": forwarded_for})
+                assert answer.status_code == 200
+    clients = [
+        record.fields["client"]  # type: ignore[attr-defined]
+        for record in caplog.records
+        if record.name == "inboxd.http" and record.getMessage() == "GET /healthz 200"
+    ]
+    # From the trusted proxy, the client it names; from anyone else, the peer whatever it claims.
+    assert clients == ["203.0.113.5", "127.0.0.2"]

@@ -209,6 +209,21 @@ async def test_live_inbox_reconnects_and_catches_up(start_web: StartWeb) -> None
         await expect(tab.get_by_role("row", name=re.compile("Seen in both tabs"))).to_be_visible(timeout=5000)
 
 
+async def test_the_live_inbox_stops_when_its_session_signs_out(start_web: StartWeb) -> None:
+    web = await start_web()
+    await web.user("cy@example.test")
+    page = await web.new_page()
+    await web.sign_in(page, "cy@example.test")
+    await new_mailbox(web, page, "cy")
+    await expect(page.locator("#live-status")).to_have_text("Live")
+    # Signing out in another tab of the same session closes this tab's socket; it does not retry.
+    other = await page.context.new_page()
+    await other.goto("/account")
+    await other.get_by_role("button", name="Sign out", exact=True).click()
+    await expect(other).to_have_url(re.compile(r"/auth/sign-in"))
+    await expect(page.locator("#live-status")).to_have_text("Session ended: reload the page for live updates")
+
+
 async def test_hostile_html_stays_inert(start_web: StartWeb, remote: RemoteHost) -> None:
     web = await start_web()
     await web.user("cy@example.test")

@@ -68,3 +68,40 @@ async def test_a_socket_cut_at_the_auth_timeout_gives_its_place_back(make_settin
                 # The close frame is written just before the place is given back.
                 assert (await client.next_frame((Opcode.CLOSE,))).opcode is Opcode.CLOSE
                 client.close()
+
+
+async def test_behind_a_trusted_proxy_clients_are_counted_by_the_address_it_reports(
+    make_settings: Any, clock: Clock
+) -> None:
+    settings = make_settings(
+        trusted_proxies=["127.0.0.1/32"],
+        ws_max_unauthenticated_per_ip=2,
+        ws_max_unauthenticated=10,
+        ws_auth_timeout=30.0,
+    )
+    async with Inboxd(settings, clock=clock) as server:
+        port = server.http_port
+
+        async def through_proxy(client: str) -> RawClient:
+            return await RawClient.open(port, source="127.0.0.1", headers={"X-Forwarded-For": client})
+
+        first = [await through_proxy("203.0.113.7") for _ in range(2)]
+        assert all(admitted(c) for c in first)
+        assert not admitted(await through_proxy("203.0.113.7"))
+        # Another client behind the same proxy has places of its own.
+        second = [await through_proxy("198.51.100.9") for _ in range(2)]
+        assert all(admitted(c) for c in second)
+        # An IPv6 client counts per /64, as the other per-client limits count it.
+        v6 = [await through_proxy(f"2001:db8:1:2::{n}") for n in (1, 2)]
+        assert all(admitted(c) for c in v6)
+        assert not admitted(await through_proxy("2001:db8:1:2::3"))
+        other_block = await through_proxy("2001:db8:1:3::1")
+        assert admitted(other_block)
+        # 127.0.0.2 is not a trusted proxy: what it says is ignored, the peer is the client.
+        untrusted = [
+            await RawClient.open(port, source="127.0.0.2", headers={"X-Forwarded-For": f"192.0.2.{n}"}) for n in (1, 2)
+        ]
+        assert all(admitted(c) for c in untrusted)
+        assert not admitted(await RawClient.open(port, source="127.0.0.2", headers={"X-Forwarded-For": "192.0.2.3"}))
+        for client in [*first, *second, *v6, other_block, *untrusted]:
+            client.close()

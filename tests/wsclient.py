@@ -59,9 +59,17 @@ class RawClient:
         self.response: Response | None = None
 
     @classmethod
-    async def open(cls, http_port: int, *, rcvbuf: int | None = None, source: str | None = None) -> RawClient:
+    async def open(
+        cls,
+        http_port: int,
+        *,
+        rcvbuf: int | None = None,
+        source: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> RawClient:
         """A connection through the handshake: `response` holds the server's answer to it (101, or
-        a refusal). `source` is the local address to connect from (127.0.0.x)."""
+        a refusal). `source` is the local address to connect from (127.0.0.x); `headers` are added
+        to the handshake request."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
@@ -72,7 +80,10 @@ class RawClient:
         # A small stream limit keeps the client's own buffer small when it stops reading.
         reader, writer = await asyncio.open_connection(sock=sock, limit=1024)
         proto = ClientProtocol(parse_uri(ws_url(http_port)), max_size=None)
-        proto.send_request(proto.connect())
+        request = proto.connect()
+        for name, value in (headers or {}).items():
+            request.headers[name] = value
+        proto.send_request(request)
         client = cls(reader, writer, proto)
         client.flush()
         while client.response is None:

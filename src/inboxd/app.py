@@ -356,7 +356,7 @@ class Inboxd:
             ),
             profiles=ProfileService(db, settings=settings),
             webhooks=WebhookService(db, settings=settings, clock=clock, keyring=self.keyring),
-            sessions=SessionService(db, settings=settings, clock=clock),
+            sessions=SessionService(db, settings=settings, clock=clock, bus=bus),
             sign_in=SignInService(db, settings=settings, clock=clock),
             sandboxes=SandboxService(db, settings=settings, messages=messages, tokens=mailbox_tokens, clock=clock),
             waits=WaitService(messages, bus, admission=admission, settings=settings),

@@ -35,4 +35,9 @@ def build_asgi(services: Services, *, metrics: Metrics | None = None) -> ASGIApp
     web.attach(app, services)
     app.state.openapi = docs.openapi_bytes(routes, base_url=services.settings.base_url)
     app.state.metrics = metrics
-    return Observe(ws.with_websocket(app, services, metrics=metrics), metrics=metrics, routes=routes)
+    return Observe(
+        ws.with_websocket(app, services, metrics=metrics),
+        metrics=metrics,
+        routes=routes,
+        trusted_proxies=services.settings.trusted_proxies,
+    )

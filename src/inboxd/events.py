@@ -13,6 +13,9 @@ process and, through Redis, in every other.
 
 And it carries `changed`: mailboxes, their owners or their domains changed, so every process drops
 what it cached of them (the recipient cache behind RCPT, `services/recipients.py`).
+
+And `sessions_ended`: browser sessions signed out (or ended by a suspension), so every process
+closes the live inbox's sockets opened with a token handed to one of them.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ T = TypeVar("T")
 Listener = Callable[[str], None]
 # Called with the mailbox's new password generation; tokens of older generations are void.
 RevokeListener = Callable[[int], None]
+# Called with the ids of browser sessions that ended.
+SessionsEndedListener = Callable[[Sequence[str]], None]
 # A generation above any real one: the mailbox is gone, every token of it is void.
 REVOKE_ALL = 2**62
 _encode = msgspec.json.Encoder().encode
@@ -80,6 +85,14 @@ class EventBus(Protocol):
         """Call `listener()` on each `changed`, and whenever the bus may have missed one."""
         ...
 
+    async def sessions_ended(self, session_ids: Sequence[str]) -> None:
+        """Announce (after commit) that these browser sessions ended: their live tokens' sockets close."""
+        ...
+
+    def on_sessions_ended(self, listener: SessionsEndedListener) -> None:
+        """Call `listener(session_ids)` on each `sessions_ended`."""
+        ...
+
     async def indexed(self, mailbox_ids: Sequence[str]) -> None:
         """Announce that new messages of these mailboxes entered the search index."""
         ...
@@ -105,6 +118,7 @@ class Fanout:
         self._resync_listeners: list[Callable[[], None]] = []
         self._index_listeners: defaultdict[str, set[Callable[[], None]]] = defaultdict(set)
         self._changed_listeners: list[Callable[[], None]] = []
+        self._ended_listeners: list[SessionsEndedListener] = []
 
     def on_resync(self, listener: Callable[[], None]) -> None:
         self._resync_listeners.append(listener)
@@ -120,6 +134,13 @@ class Fanout:
     def deliver_changed(self) -> None:
         for listener in self._changed_listeners:
             listener()
+
+    def on_sessions_ended(self, listener: SessionsEndedListener) -> None:
+        self._ended_listeners.append(listener)
+
+    def deliver_sessions_ended(self, session_ids: Sequence[str]) -> None:
+        for listener in self._ended_listeners:
+            listener(session_ids)
 
     def listen(self, mailbox_id: str, listener: Listener) -> Callable[[], None]:
         return _add(self._listeners, mailbox_id, listener)
@@ -170,6 +191,9 @@ class LocalBus(Fanout):
 
     async def changed(self) -> None:
         self.deliver_changed()
+
+    async def sessions_ended(self, session_ids: Sequence[str]) -> None:
+        self.deliver_sessions_ended(session_ids)
 
     async def indexed(self, mailbox_ids: Sequence[str]) -> None:
         for mailbox_id in mailbox_ids:

@@ -4,7 +4,8 @@ Every process subscribes once, to one channel (`<prefix>events`), and filters by
 so a process costs Redis one subscription however many mailboxes its clients watch. A message is
 `<origin> <kind> <mailbox id> <payload>`: kind `m` carries a `new_email` frame (serialized once,
 by the publishing process), kind `r` a revocation's password generation, kind `i` that mail of
-the mailbox entered the search index. The publishing process delivers to its own listeners at
+the mailbox entered the search index, kind `c` that caches are void, kind `s` the comma-separated
+ids of browser sessions that ended. The publishing process delivers to its own listeners at
 once and skips its own messages when they come back, so local latency never includes a Redis
 round trip.
 
@@ -44,6 +45,9 @@ MAIL = b"m"
 REVOKE = b"r"
 INDEXED = b"i"
 CHANGED = b"c"
+SESSIONS_ENDED = b"s"
+# Session ids per `s` message: 65 bytes each, so a message stays under about 32 KiB.
+_SESSIONS_PER_MESSAGE = 500
 _BATCH = 512
 SLOT_TTL = 90.0
 # Drop expired slots, then take one if fewer than the cap are held: atomic inside Redis.
@@ -113,6 +117,11 @@ class RedisBus(Fanout):
     async def changed(self) -> None:
         self.deliver_changed()
         self._post(CHANGED, "-", "-")
+
+    async def sessions_ended(self, session_ids: Sequence[str]) -> None:
+        self.deliver_sessions_ended(session_ids)
+        for start in range(0, len(session_ids), _SESSIONS_PER_MESSAGE):
+            self._post(SESSIONS_ENDED, "-", ",".join(session_ids[start : start + _SESSIONS_PER_MESSAGE]))
 
     async def claim_slot(self, mailbox_id: str, cap: int) -> str | None:
         assert self._redis is not None
@@ -223,3 +232,5 @@ class RedisBus(Fanout):
             self.deliver_indexed(mailbox_id)
         elif kind == CHANGED:
             self.deliver_changed()
+        elif kind == SESSIONS_ENDED:
+            self.deliver_sessions_ended(payload.decode().split(","))

@@ -8,6 +8,8 @@ an unmatched path counts as `unmatched`. The templates of every route the applic
 API's, given at construction, and the dashboard's pages, read from the application's own route
 list the first time a request reaches it) are looked up by the endpoint the router matched: one
 dictionary lookup a request.
+The log line's `client` is the client address as the limits see it (`http/client_address.py`:
+what a trusted proxy reports, else the peer).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from inboxd.http.client_address import scope_client_address
 from inboxd.logs import request_id
 from inboxd.metrics import Metrics
 
@@ -51,10 +54,13 @@ def _incoming_id(scope: Scope) -> str:
 
 
 class Observe:
-    def __init__(self, app: ASGIApp, *, metrics: Metrics, routes: Iterable[BaseRoute]) -> None:
+    def __init__(
+        self, app: ASGIApp, *, metrics: Metrics, routes: Iterable[BaseRoute], trusted_proxies: Sequence[str] = ()
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.templates = route_templates(routes)
+        self.trusted_proxies = tuple(trusted_proxies)
         self._learned: set[int] = set()
 
     def _learn(self, app: object) -> None:
@@ -104,7 +110,7 @@ class Observe:
                     status,
                     extra={
                         "fields": {
-                            "client": (scope.get("client") or ("-",))[0],
+                            "client": scope_client_address(scope, self.trusted_proxies),
                             "route": route,
                             "bytes": size,
                             "ms": round(elapsed * 1000, 2),

@@ -16,7 +16,10 @@ the 64 KiB frame limit (close 1009) and compression being off.
 Revocation: a password reset or a deletion arrives from the bus with the mailbox's new password
 generation; connections authenticated with an older one get `invalid_token` and close 1008. The
 connection joins its mailbox before the token's generation is checked against the database, so
-a reset that commits in between is still seen.
+a reset that commits in between is still seen. Likewise a browser session that ends (signed out,
+out everywhere, suspended) arrives from the bus by id; connections opened with a live inbox's
+token handed to it get `session_ended` and close 1008 (reason "session ended"). After the bus may
+have missed either, both are checked against the database.
 
 Memory: an idle connection is what the server keeps for it plus one suspended coroutine. This
 is plain ASGI, dispatched ahead of Starlette's router and middleware (whose frames would stay
@@ -29,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, MutableMapping, Sequence
 from functools import partial
 
 import msgspec
@@ -48,7 +51,9 @@ POLICY_VIOLATION = 1008
 AUTH_OK = '{"type":"auth_ok"}'
 _DENIED = b'{"error":"access_denied","message":"This Origin may not open the WebSocket."}'
 _BUSY = b'{"error":"too_many_connections","message":"Too many WebSockets waiting to authenticate."}'
-_REVOKED = "revoked"  # an in-queue marker, compared by identity, never sent
+_CLOSE = "close"  # an in-queue marker, compared by identity, never sent: refuse with `_closing`
+_SESSION_ENDED = "session_ended"
+_REASONS = {_SESSION_ENDED: "session ended"}
 
 
 class AuthMessage(msgspec.Struct):
@@ -65,7 +70,7 @@ def _error(code: str) -> str:
 
 async def _refuse(send: Send, code: str) -> None:
     await send({"type": "websocket.send", "text": _error(code)})
-    await send({"type": "websocket.close", "code": POLICY_VIOLATION})
+    await send({"type": "websocket.close", "code": POLICY_VIOLATION, "reason": _REASONS.get(code, "")})
 
 
 def _transport_abort(receive: Receive) -> Callable[[], None] | None:
@@ -102,10 +107,12 @@ def _shed_handshake(scope: Scope, receive: Receive) -> None:
 
 
 class Connection:
-    """One authenticated socket: its mailbox, its token's generation and its send queue."""
+    """One authenticated socket: its mailbox, its token's generation (and browser session, for a
+    live inbox's token) and its send queue."""
 
     __slots__ = (
         "_abort",
+        "_closing",
         "_limit",
         "_pending",
         "_ready",
@@ -115,6 +122,7 @@ class Connection:
         "closed",
         "gen",
         "mailbox_id",
+        "session",
         "slot",
     )
 
@@ -130,6 +138,8 @@ class Connection:
         self._send = send
         self.mailbox_id = claims.mailbox_id
         self.gen = claims.password_gen
+        self.session = claims.session_id
+        self._closing = ""
         self._limit = limit
         self._timeout = timeout
         self._abort = abort
@@ -166,14 +176,20 @@ class Connection:
     def revoked(self, password_gen: int) -> None:
         """A reset or deletion voided tokens older than `password_gen`."""
         if password_gen > self.gen:
-            self.push(_REVOKED)
+            self.close_with("invalid_token")
+
+    def close_with(self, code: str) -> None:
+        """Refuse with `code` once the frames already queued are written."""
+        if not self._closing:
+            self._closing = code
+            self.push(_CLOSE)
 
     async def _drain(self) -> None:
         try:
             while self._pending and not self.closed:
                 frame = self._pending.popleft()
-                if frame is _REVOKED:
-                    await self.refuse("invalid_token")
+                if frame is _CLOSE:
+                    await self.refuse(self._closing)
                     return
                 # The send waits while the server's buffer for this client is full.
                 async with asyncio.timeout(self._timeout):
@@ -216,9 +232,12 @@ class WebSocketHub:
     def __init__(self, services: Services) -> None:
         self._services = services
         self._open: dict[str, set[Connection]] = {}
+        # Connections opened with a live inbox's token, by its browser session.
+        self._by_session: dict[str, set[Connection]] = {}
         self._unsubscribe: dict[str, tuple[Callable[[], None], Callable[[], None]]] = {}
         self._resyncs: set[asyncio.Task[None]] = set()
         services.bus.on_resync(self._resync)
+        services.bus.on_sessions_ended(self._sessions_ended)
         settings = services.settings
         self.unauthenticated = Unauthenticated(
             total=settings.ws_max_unauthenticated, per_ip=settings.ws_max_unauthenticated_per_ip
@@ -231,7 +250,7 @@ class WebSocketHub:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Only this frame (and the server's) stays suspended while a connection idles.
-        ip = client_ip(scope)
+        ip = client_ip(scope, self._services.settings.trusted_proxies)
         if not self.unauthenticated.enter(ip):
             if (await receive())["type"] == "websocket.connect":
                 await _deny(scope, receive, send, status=429, body=_BUSY)
@@ -326,12 +345,20 @@ class WebSocketHub:
                 bus.on_revoke(mailbox_id, partial(self._revoke, mailbox_id)),
             )
         self._open[mailbox_id].add(conn)
+        if conn.session is not None:
+            self._by_session.setdefault(conn.session, set()).add(conn)
 
     def _leave(self, conn: Connection) -> None:
         conn.stop()
         if conn.slot:
             self._services.bus.release_slot(conn.slot)
             conn.slot = ""
+        if conn.session is not None:
+            opened = self._by_session.get(conn.session)
+            if opened is not None:
+                opened.discard(conn)
+                if not opened:
+                    del self._by_session[conn.session]
         mine = self._open.get(conn.mailbox_id)
         if mine is None:
             return
@@ -349,6 +376,11 @@ class WebSocketHub:
         for conn in tuple(self._open.get(mailbox_id, ())):
             conn.revoked(password_gen)
 
+    def _sessions_ended(self, session_ids: Sequence[str]) -> None:
+        for session_id in session_ids:
+            for conn in tuple(self._by_session.get(session_id, ())):
+                conn.close_with(_SESSION_ENDED)
+
     def _resync(self) -> None:
         task = asyncio.get_running_loop().create_task(self._check_generations())
         self._resyncs.add(task)
@@ -362,6 +394,11 @@ class WebSocketHub:
             current = await self._services.mailboxes.password_gens(batch)
             for mailbox_id in batch:
                 self._revoke(mailbox_id, current.get(mailbox_id, REVOKE_ALL))
+        session_ids = list(self._by_session)
+        for start in range(0, len(session_ids), 500):
+            batch = session_ids[start : start + 500]
+            signed_in = await self._services.sessions.signed_in(batch)
+            self._sessions_ended([session_id for session_id in batch if session_id not in signed_in])
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -2,9 +2,14 @@
 
 A connection that has not yet authenticated costs the server a socket, a coroutine and a timer
 for up to `ws_auth_timeout` seconds, and anyone can open one. At most `ws_max_unauthenticated`
-are held at once and `ws_max_unauthenticated_per_ip` from one client address (the socket peer);
-one more is refused at the handshake with HTTP 429 before any WebSocket exists. Authenticated
-connections are capped per mailbox elsewhere (`ws_max_connections`).
+are held at once and `ws_max_unauthenticated_per_ip` from one client; one more is refused at the
+handshake with HTTP 429 before any WebSocket exists. Authenticated connections are capped
+per mailbox elsewhere (`ws_max_connections`).
+
+The client is found as for HTTP (`http/client_address.py`: the `X-Forwarded-For` of a peer in
+`INBOXD_TRUSTED_PROXIES`, else the peer) and counted as the other per-client limits count it
+(`client_key`: an IPv6 client per /64), once per connection, before the handshake's headers are
+let go.
 
 The counts are per process, like the SMTP session caps: what they protect (sockets, memory, the
 event loop) belongs to each process, and a shared count would put a Redis round trip in front of
@@ -15,13 +20,17 @@ hold up to N times the per-address cap, spread by the kernel over the workers.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 from starlette.types import Scope
 
+from inboxd.http.client_address import scope_client_address
+from inboxd.services.limits import client_key
 
-def client_ip(scope: Scope) -> str:
-    client = scope.get("client")
-    return str(client[0]) if client else "unknown"
+
+def client_ip(scope: Scope, trusted_proxies: Sequence[str]) -> str:
+    """The key the connection's client is counted under."""
+    return client_key(scope_client_address(scope, trusted_proxies))
 
 
 class Unauthenticated:

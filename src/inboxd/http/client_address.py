@@ -17,6 +17,7 @@ import ipaddress
 from collections.abc import Iterable, Sequence
 
 from starlette.requests import HTTPConnection, Request
+from starlette.types import Scope
 
 from inboxd.http.body import services_of
 
@@ -95,10 +96,16 @@ def trusted_proxies(cidrs: tuple[str, ...]) -> TrustedProxies:
 
 def client_address(request: HTTPConnection, cidrs: Sequence[str]) -> str:
     """The client address of an HTTP request (or WebSocket), given `INBOXD_TRUSTED_PROXIES`."""
-    peer = request.client.host if request.client else "unknown"
+    return scope_client_address(request.scope, cidrs)
+
+
+def scope_client_address(scope: Scope, cidrs: Sequence[str]) -> str:
+    """`client_address` from the ASGI scope, for what runs ahead of Starlette (`/api/ws`, logs)."""
+    client = scope.get("client")
+    peer = str(client[0]) if client else "unknown"
     if not cidrs:
         return peer  # the default: no proxy is trusted, nothing to read
-    forwarded = [value.decode("latin-1") for name, value in request.scope["headers"] if name == b"x-forwarded-for"]
+    forwarded = [value.decode("latin-1") for name, value in scope["headers"] if name == b"x-forwarded-for"]
     return trusted_proxies(tuple(cidrs)).client(peer, forwarded)
 
 

@@ -8,17 +8,22 @@ A signed-in session slides: each request more than `TOUCH_EVERY` seconds after t
 moves its end to `session_ttl` from now, so an active user stays in and an idle one is out after
 `session_ttl` (14 days by default). A suspended user's sessions are deleted and, should one be
 read before that, refused.
+
+A signed-in session that ends (signed out, out everywhere, replaced by a new sign-in, or by a
+suspension in `UserService`) is announced on the bus after commit, so the live inbox's sockets
+opened with a token handed to it close in every process (`api/ws.py`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
 from inboxd.config import Settings
+from inboxd.events import EventBus
 from inboxd.model import User, WebSession
 from inboxd.store import sessions as store
 from inboxd.store.db import Database, Tx
@@ -41,10 +46,11 @@ class OpenedSession:
 
 
 class SessionService:
-    def __init__(self, db: Database, *, settings: Settings, clock: Callable[[], float]) -> None:
+    def __init__(self, db: Database, *, settings: Settings, clock: Callable[[], float], bus: EventBus) -> None:
         self._db = db
         self._settings = settings
         self._clock = clock
+        self._bus = bus
 
     async def open(self, user: User | None, *, replacing: WebSession | None = None) -> OpenedSession:
         """A new session for `user` (None: a sign-in under way), ending `replacing` in the same
@@ -74,6 +80,8 @@ class SessionService:
             )
 
         await self._db.write(work)
+        if replacing is not None and replacing.user is not None:
+            await self._bus.sessions_ended([replacing.id])
         return OpenedSession(session=session, value=value)
 
     async def resolve(self, value: str) -> WebSession | None:
@@ -98,10 +106,19 @@ class SessionService:
 
     async def end(self, session: WebSession) -> None:
         await self._db.write(partial(store.delete, session_id=session.id))
+        if session.user is not None:
+            await self._bus.sessions_ended([session.id])
 
     async def end_all(self, user: User) -> int:
         """Sign the user out everywhere; the number of sessions ended."""
-        return await self._db.write(partial(store.delete_for_user, user_id=user.id))
+        ended = await self._db.write(partial(store.delete_for_user, user_id=user.id))
+        if ended:
+            await self._bus.sessions_ended(ended)
+        return len(ended)
+
+    async def signed_in(self, session_ids: Sequence[str]) -> set[str]:
+        """Those of `session_ids` still signed in (the WebSocket hub's check after a missed announcement)."""
+        return await self._db.read(partial(store.signed_in, session_ids=session_ids, now=self._clock()))
 
     async def count(self, user: User) -> int:
         return await self._db.read(partial(store.count_for_user, user_id=user.id, now=self._clock()))

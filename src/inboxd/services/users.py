@@ -140,16 +140,19 @@ class UserService:
         if role is not None:
             _check_choice("role", role, ROLES)
 
-        async def work(tx: Tx) -> None:
+        async def work(tx: Tx) -> list[str]:
             await store.update_user(tx, user_id=user.id, plan=plan, status=status)
             if role is not None:
                 await store.update_role(tx, user_id=user.id, role=role)
             if status == "suspended":
-                await session_store.delete_for_user(tx, user_id=user.id)
+                return await session_store.delete_for_user(tx, user_id=user.id)
+            return []
 
-        await self._db.write(work)
+        ended = await self._db.write(work)
         # What their credentials open, what a mailbox of theirs accepts and keeps for how long.
         await self._bus.changed()
+        if ended:
+            await self._bus.sessions_ended(ended)
         return replace(user, plan=plan or user.plan, status=status or user.status, role=role or user.role)
 
     async def user_by_id(self, user_id: str) -> User:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from inboxd.model import WebSession
@@ -64,8 +65,22 @@ async def delete(tx: Tx, session_id: str) -> None:
     await tx.execute("DELETE FROM sessions WHERE id = ?", session_id)
 
 
-async def delete_for_user(tx: Tx, user_id: str) -> int:
-    return await tx.execute("DELETE FROM sessions WHERE user_id = ?", user_id)
+async def delete_for_user(tx: Tx, user_id: str) -> list[str]:
+    """Delete every session of the user; the ids of those deleted."""
+    return [row[0] for row in await tx.fetch("DELETE FROM sessions WHERE user_id = ? RETURNING id", user_id)]
+
+
+async def signed_in(tx: Tx, session_ids: Sequence[str], *, now: float) -> set[str]:
+    """Those of `session_ids` that are signed-in sessions not yet expired."""
+    if not session_ids:
+        return set()
+    marks = ", ".join("?" * len(session_ids))
+    rows = await tx.fetch(
+        f"SELECT id FROM sessions WHERE id IN ({marks}) AND user_id IS NOT NULL AND expires_at > ?",
+        *session_ids,
+        now,
+    )
+    return {row[0] for row in rows}
 
 
 async def count_for_user(tx: Tx, user_id: str, *, now: float) -> int:

@@ -12,6 +12,7 @@
   let delay = 500;
   let refreshing = null;
   let again = false;
+  let signedOut = false;
 
   function setStatus(state, text) {
     status.dataset.state = state;
@@ -79,10 +80,14 @@
         refresh().catch(() => {});
       } else if (data.error === "too_many_connections") {
         setStatus("off", "Too many open tabs for live updates: reload to see new mail");
+      } else if (data.error === "session_ended") {
+        // Signed out (here, in another tab, everywhere): a new token would be refused, so stop.
+        signedOut = true;
+        setStatus("off", "Session ended: reload the page for live updates");
       }
     });
     socket.addEventListener("close", () => {
-      if (status.dataset.state === "off" && !authed) return;
+      if (signedOut || (status.dataset.state === "off" && !authed)) return;
       retry();
     });
   }
