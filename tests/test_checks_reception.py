@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import smtplib
-from functools import partial
-
 from email.policy import SMTP
+from functools import partial
 
 from inboxd.store import messages as message_store
 from tests.conftest import Harness, simple_message

@@ -115,8 +115,9 @@ class SessionHooks(Protocol):
         client: tuple[str, str | None],
     ) -> Awaitable[object]:
         """Store the message (committed when the awaitable is done); `envelope` is every accepted
-        RCPT address, `client` the client's address and HELO name (kept for the SPF check). A plain function returning the ingest's awaitable, so no frame of the hook
-        keeps `raw` alive while the commit waits (ingest lets go of it once compressed)."""
+        RCPT address, `client` the client's address and HELO name (kept for the SPF check). A plain
+        function returning the ingest's awaitable, so no frame of the hook keeps `raw` alive while
+        the commit waits (ingest lets go of it once compressed)."""
         ...
 
     def tls_started(self) -> None:
