@@ -49,9 +49,9 @@ def key() -> tuple[bytes, str]:
     return pem, base64.b64encode(public).decode()
 
 
-def publish_key(zone: Zone, key: tuple[bytes, str], name: str) -> None:
+def publish_key(dns: FakeDns, key: tuple[bytes, str], name: str) -> None:
     record = f"v=DKIM1; k=rsa; p={key[1]}"
-    zone.dns.set_txt(name, [record[i : i + 200] for i in range(0, len(record), 200)])
+    dns.set_txt(name, [record[i : i + 200] for i in range(0, len(record), 200)])
 
 
 def message(sender: str = "news@example.org", body: str = "Your order has shipped.\n") -> bytes:
@@ -73,7 +73,7 @@ def signed(raw: bytes, key: tuple[bytes, str], *, domain: str = "example.org", s
 
 
 async def test_a_signature_with_a_published_key_passes(zone: Zone, key: tuple[bytes, str]) -> None:
-    publish_key(zone, key, "s1._domainkey.example.org")
+    publish_key(zone.dns, key, "s1._domainkey.example.org")
     zone.dns.set_txt("_dmarc.example.org", ["v=DMARC1; p=reject"])
     result = await zone.checker().check(signed(message(), key), None)
     (sig,) = result.dkim
@@ -93,7 +93,7 @@ async def test_a_signature_with_a_published_key_passes(zone: Zone, key: tuple[by
 
 
 async def test_a_body_changed_after_signing_fails(zone: Zone, key: tuple[bytes, str]) -> None:
-    publish_key(zone, key, "s1._domainkey.example.org")
+    publish_key(zone.dns, key, "s1._domainkey.example.org")
     zone.dns.set_txt("_dmarc.example.org", ["v=DMARC1; p=quarantine"])
     raw = signed(message(), key).replace(b"Your order has shipped.", b"Your order was cancelled.")
     result = await zone.checker().check(raw, None)
@@ -145,7 +145,7 @@ async def test_dmarc_alignment_of_spf(zone: Zone) -> None:
 
 
 async def test_dkim_of_another_domain_is_not_aligned(zone: Zone, key: tuple[bytes, str]) -> None:
-    publish_key(zone, key, "s1._domainkey.esp.example.com")
+    publish_key(zone.dns, key, "s1._domainkey.esp.example.com")
     zone.dns.set_txt("_dmarc.example.org", ["v=DMARC1; p=none"])
     result = await zone.checker().check(signed(message(), key, domain="esp.example.com"), None)
     assert result.dkim[0].result == "pass"
@@ -153,7 +153,7 @@ async def test_dkim_of_another_domain_is_not_aligned(zone: Zone, key: tuple[byte
 
 
 async def test_an_arc_chain_is_verified(zone: Zone, key: tuple[bytes, str]) -> None:
-    publish_key(zone, key, "arc._domainkey.forwarder.example")
+    publish_key(zone.dns, key, "arc._domainkey.forwarder.example")
     raw = message()
     sealed = dkim.arc_sign(
         b"Authentication-Results: forwarder.example; spf=pass smtp.mailfrom=example.org\r\n" + raw,

@@ -39,6 +39,7 @@ from inboxd.services.mailboxes import MailboxService
 from inboxd.services.messages import MessageService
 from inboxd.services.ops_ledger import OpsLedger
 from inboxd.services.profile import ProfileService
+from inboxd.services.checks.reports import CheckService
 from inboxd.services.registry import Services
 from inboxd.services.sandbox import SandboxService
 from inboxd.services.sessions import SessionService
@@ -239,6 +240,7 @@ class Inboxd:
         await services.admission.start()
         stack.push_async_callback(self._flush_last_used)
         stack.push_async_callback(services.admission.stop)
+        stack.push_async_callback(services.checks.close)
         # Under `--workers N` the first worker alone bootstraps and sweeps: the sweep's expiry
         # charges `used` back, which two processes at once could do twice on PostgreSQL. Webhook
         # delivery and search indexing claim their rows and run in every worker.
@@ -353,6 +355,7 @@ class Inboxd:
             sandboxes=SandboxService(db, settings=settings, messages=messages, tokens=mailbox_tokens, clock=clock),
             waits=WaitService(messages, bus),
             exports=ExportService(db, clock=clock),
+            checks=CheckService(db, settings=settings, messages=messages, clock=clock),
             space=self._space_guard(),
         )
 

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from email.parser import BytesHeaderParser
 from email.policy import compat32
-from typing import Any
+from typing import Any, Literal
 
 import authres
 import authres.arc
@@ -43,6 +43,10 @@ import spf
 from dkim.util import parse_tag_value
 
 from inboxd.dns import parse_nameserver
+
+Severity = Literal["error", "warning", "info"]
+# A finding as (severity, code, message, where): the report's `Finding` is made of it by the service.
+RawFinding = tuple[Severity, str, str, str]
 
 SPF_RESULTS = ("pass", "fail", "softfail", "neutral", "none", "temperror", "permerror")
 
@@ -89,7 +93,7 @@ class AuthOutcome:
     dmarc: DmarcOutcome
     arc: ArcOutcome
     authentication_results: str
-    findings: list[tuple[str, str, str, str]] = field(default_factory=list)  # severity, code, message, where
+    findings: list[RawFinding] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,8 +381,8 @@ def _findings(
     arc_result: ArcOutcome,
     *,
     recorded: bool,
-) -> list[tuple[str, str, str, str]]:
-    out: list[tuple[str, str, str, str]] = []
+) -> list[RawFinding]:
+    out: list[RawFinding] = []
     if spf_result is None:
         why = "received before inboxd recorded it" if recorded else "not received over SMTP"
         out.append(("info", "spf_not_checked", f"SPF was not checked: the client address is unknown ({why}).", ""))
