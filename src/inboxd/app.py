@@ -29,6 +29,7 @@ from inboxd.dns import DnsLookup
 from inboxd.events import EventBus, LocalBus
 from inboxd.keyring import Keyring
 from inboxd.metrics import Metrics
+from inboxd.services.checks.reports import CheckService
 from inboxd.services.credentials import MailboxTokens
 from inboxd.services.domains import DomainService
 from inboxd.services.export import ExportService
@@ -39,7 +40,6 @@ from inboxd.services.mailboxes import MailboxService
 from inboxd.services.messages import MessageService
 from inboxd.services.ops_ledger import OpsLedger
 from inboxd.services.profile import ProfileService
-from inboxd.services.checks.reports import CheckService
 from inboxd.services.registry import Services
 from inboxd.services.sandbox import SandboxService
 from inboxd.services.sessions import SessionService

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import email.utils
+import ipaddress
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -177,7 +178,7 @@ class AuthChecker:
         resolver = _Resolver(nameservers=self._nameservers, timeout=self._timeout)
         token = _current.set(resolver)
         try:
-            spf_result = None if reception is None or not reception.client_ip else _spf(reception)
+            spf_result = None if reception is None or not _is_ip(reception.client_ip) else _spf(reception)
         finally:
             _current.reset(token)
         signatures = _dkim(raw, resolver)
@@ -193,6 +194,14 @@ class AuthChecker:
             authentication_results=header,
             findings=_findings(spf_result, signatures, dmarc_result, arc_result, recorded=reception is not None),
         )
+
+
+def _is_ip(text: str | None) -> bool:
+    try:
+        ipaddress.ip_address(text or "")
+    except ValueError:
+        return False
+    return True
 
 
 def _spf(reception: Reception) -> SpfOutcome:
