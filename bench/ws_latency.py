@@ -68,6 +68,11 @@ async def start_server(data_dir: Path) -> Server:
         "INBOXD_PRO_RPS": "1000000",
         "INBOXD_PRO_CREATE_INTERVAL": "0",
         "INBOXD_PRO_OPS_LIMIT": "1000000000",
+        # Its clients and waits all come from one address and one user, a thousand at once.
+        "INBOXD_WS_MAX_UNAUTHENTICATED_PER_IP": "100000",
+        "INBOXD_WS_MAX_UNAUTHENTICATED": "100000",
+        "INBOXD_MAX_WAITS_PER_USER": "100000",
+        "INBOXD_MAX_WAITS_PER_MAILBOX": "100000",
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "inboxd", "serve", env=env, stdout=asyncio.subprocess.PIPE, stderr=None

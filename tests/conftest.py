@@ -63,6 +63,16 @@ def free_port() -> int:
     raise RuntimeError("no free port below the ephemeral range")
 
 
+# Another client address on this machine: the servers listen on 127.0.0.1 only, and on Linux a
+# client socket bound to any 127.x address reaches them, so "per IP" rules are tested with two IPs.
+OTHER_CLIENT_IP = "127.0.0.2"
+
+
+def http_client_from(source: str, base_url: str) -> httpx.AsyncClient:
+    """An HTTP client whose connections come from `source` (e.g. OTHER_CLIENT_IP)."""
+    return httpx.AsyncClient(base_url=base_url, timeout=30, transport=httpx.AsyncHTTPTransport(local_address=source))
+
+
 class Clock:
     """Wall-clock time plus an offset that tests move forward."""
 
@@ -135,6 +145,8 @@ def make_settings(backend: str, tmp_path: Path, request: pytest.FixtureRequest, 
         "free_create_interval": 0.0,
         "pro_create_interval": 0.0,
         "public_rps": 1000.0,
+        "web_rps": 1000.0,
+        "domain_verify_interval": 0.0,
     }
     schema = ""
     if backend == "postgres":

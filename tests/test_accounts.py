@@ -110,6 +110,10 @@ async def test_other_tokens_get_404(harness: Harness) -> None:
             response = await harness.http.request(method, path, headers=harness.auth(token))
             assert response.status_code == 404, (method, path)
             assert response.json()["error"] == "not_found"
+    # The refused DELETEs removed nothing: the mailbox is there for its token, and takes mail.
+    kept = await harness.http.get(f"/api/accounts/{created['id']}", headers=harness.auth())
+    assert kept.status_code == 200 and kept.json()["address"] == created["address"]
+    assert await harness.send(created["address"]) == {}
 
 
 async def test_reset_password_invalidates_tokens(harness: Harness) -> None:

@@ -65,7 +65,7 @@ async def test_wait_answers_the_moment_mail_arrives_and_times_out(harness: Harne
         box = await client.create_mailbox()
         since = datetime.now(UTC) - timedelta(seconds=1)
         waiting = asyncio.ensure_future(client.wait_for(box.id, subject="later", since=since, timeout=20))
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(harness.server.services.waits.registered(1), 10)
         assert not waiting.done()
         await harness.send(box.address, simple_message(subject="Sent later", body="Your code is 551177."))
         found = await asyncio.wait_for(waiting, 15)

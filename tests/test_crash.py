@@ -50,6 +50,10 @@ class Ledger:
     sent: dict[str, Sent] = field(default_factory=dict)
     acked: set[str] = field(default_factory=set)
     refused: list[str] = field(default_factory=list)
+    # Set just before each kill: a sender whose connection fails before it was not cut off by the
+    # crash but by something else (a hung or crashed server, a refused connection), a failure.
+    killed: threading.Event = field(default_factory=threading.Event)
+    broken: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -84,7 +88,10 @@ def sender_loop(port: int, *, name: str, boxes: list[dict[str, Any]], ledger: Le
                     return
                 with ledger.lock:
                     ledger.acked.add(token)
-    except (smtplib.SMTPServerDisconnected, OSError):
+    except (smtplib.SMTPServerDisconnected, OSError) as exc:
+        if not ledger.killed.is_set():
+            with ledger.lock:
+                ledger.broken.append(f"{name}: {exc!r} before the kill")
         return  # the server was killed
 
 
@@ -206,12 +213,16 @@ async def test_acknowledged_mail_survives_sigkill(crash_env: dict[str, str], tmp
                 if len(ledger.acked) > before:
                     break
                 await asyncio.sleep(0.01)
+            assert len(ledger.acked) > before, f"round {round_no}: no message was acknowledged before the kill"
             await asyncio.sleep(rng.uniform(0.0, 0.5))
+            ledger.killed.set()
             await server.kill()
             for thread in threads:
                 await asyncio.to_thread(thread.join, 20)
                 assert not thread.is_alive()
             assert not ledger.refused, ledger.refused[:5]
+            assert not ledger.broken, ledger.broken[:5]
+            ledger.killed.clear()
             server = await ForkedServer.start(data_dir, **env)
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}", timeout=30) as http:
                 await verify(http, auth, boxes, ledger)

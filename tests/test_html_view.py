@@ -33,8 +33,10 @@ HOSTILE = [
 
 @pytest.mark.parametrize(("markup", "absent"), HOSTILE)
 def test_hostile_markup_is_removed(markup: str, absent: str) -> None:
-    document = render(markup, {}, allow_remote=False).document
+    # Between harmless paragraphs that must survive: an empty render would remove the threat too.
+    document = render(f"<p>Before the trap.</p>{markup}<p>After the trap.</p>", {}, allow_remote=False).document
     assert absent.lower() not in document.lower()
+    assert "<p>Before the trap.</p>" in document and "<p>After the trap.</p>" in document
 
 
 def test_links_open_in_a_new_tab_without_referrer() -> None:

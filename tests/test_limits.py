@@ -1,6 +1,6 @@
 """The limiter's rules on both back ends (memory, the Redis on this machine), on a frozen clock.
 
-Storage is a real SQLite database; time is a clock the test sets, so no rule depends on timing.
+Storage is a real database (SQLite and PostgreSQL); time is a clock the test sets, so no rule depends on timing.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from inboxd.store import ops_usage
 from inboxd.store.db import Database
 from tests.conftest import REDIS_URL
 
-pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+pytestmark = pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 
 # The spec's values, stated here so the generous test defaults of conftest never apply.
 REAL = {

@@ -19,7 +19,7 @@ import pytest
 
 from inboxd.app import Inboxd
 from inboxd.model import User
-from tests.conftest import REDIS_URL, Clock
+from tests.conftest import OTHER_CLIENT_IP, REDIS_URL, Clock, http_client_from
 from tests.test_limits import REAL
 
 Start = Callable[..., Awaitable[tuple[Inboxd, httpx.AsyncClient]]]
@@ -211,6 +211,10 @@ async def test_failed_sign_ins_are_limited_per_ip(start: Start, clock: Clock) ->
     blocked = await http.post("/api/token", json={"address": "fresh@inboxd.localhost", "password": "wrongpass"})
     assert blocked.status_code == 429
     assert blocked.json() == {"error": "rate_limit_exceeded"}
+    # Another IP is not held back by this one's failures.
+    async with http_client_from(OTHER_CLIENT_IP, str(http.base_url)) as other:
+        fresh = {"address": "fresh@inboxd.localhost", "password": "wrongpass"}
+        assert (await other.post("/api/token", json=fresh)).status_code == 401
     clock.advance(601)
     assert (
         await http.post("/api/token", json={"address": "fresh@inboxd.localhost", "password": "x" * 8})
@@ -241,6 +245,9 @@ async def test_public_domain_list_is_limited_per_ip(start: Start) -> None:
     assert refused.status_code == 429
     assert refused.json() == {"error": "rate_limit_exceeded"}
     assert refused.headers["Retry-After"] in {"1", "2"}
+    # Another IP has a budget of its own.
+    async with http_client_from(OTHER_CLIENT_IP, str(http.base_url)) as other:
+        assert (await other.get("/api/domains")).status_code == 200
 
 
 async def test_default_public_limit_is_generous(start: Start) -> None:

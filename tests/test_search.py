@@ -231,6 +231,7 @@ async def test_malformed_values_are_400_naming_the_parameter(harness: Harness) -
     assert ok.status_code == 200
 
 
+@pytest.mark.alone  # a bound on time
 async def test_searchable_within_two_seconds_of_the_250(harness: Harness) -> None:
     box = await harness.new_mailbox()
     await harness.send(box["address"], message("Fresh", "A quokka smiled.\n"))

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import Harness, simple_message
 
-pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+pytestmark = pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 
 
 class RawSmtp:
@@ -21,8 +21,9 @@ class RawSmtp:
         self.reader, self.writer = reader, writer
 
     @classmethod
-    async def connect(cls, port: int) -> RawSmtp:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+    async def connect(cls, port: int, *, source: str | None = None) -> RawSmtp:
+        local = None if source is None else (source, 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20, local_addr=local)
         client = cls(reader, writer)
         assert (await client.reply()).startswith("220 ")
         return client

@@ -20,9 +20,9 @@ import asyncpg
 import httpx
 import pytest
 
-from inboxd.api.errors import error_response
 from inboxd.app import Inboxd
 from inboxd.errors import InsufficientStorage, StorageError
+from inboxd.http.errors import error_response
 from inboxd.store.db import _pg_error
 from tests.conftest import Clock, send_mail
 

@@ -12,6 +12,7 @@ under test queue up behind it and are run as one batch, then check:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import uuid
@@ -34,16 +35,25 @@ TABLES = (
 )
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    if request.param == "sqlite":
+@contextlib.asynccontextmanager
+async def fresh_store(backend: str, tmp_path: Path) -> AsyncIterator[tuple[Database, Callable[[str], int]]]:
+    """A store holding TABLES on `backend`, and a count of a table's rows through a connection of
+    its own (so what it sees is what was committed, even after the store is closed)."""
+    if backend == "sqlite":
         path = tmp_path / "writer.sqlite3"
         with sqlite3.connect(path) as setup:
             for statement in TABLES:
                 setup.execute(statement)
+
+        def count_sqlite(table: str) -> int:
+            with sqlite3.connect(path) as check:
+                return int(check.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
         sqlite_db = SqliteDatabase(str(path))
-        yield sqlite_db
-        await sqlite_db.close()
+        try:
+            yield sqlite_db, count_sqlite
+        finally:
+            await sqlite_db.close()
         return
     schema = f"w_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(PG_URL, autocommit=True) as conn:
@@ -51,13 +61,34 @@ async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Da
         conn.execute(f'SET search_path TO "{schema}"')
         for statement in TABLES:
             conn.execute(statement)
+
+    def count_pg(table: str) -> int:
+        with psycopg.connect(PG_URL, autocommit=True) as check:
+            row = check.execute(f'SELECT count(*) FROM "{schema}".{table}').fetchone()
+            assert row is not None
+            return int(row[0])
+
     pg_db = await PostgresDatabase.connect(PG_URL, schema=schema, size=4)
     try:
-        yield pg_db
+        yield pg_db, count_pg
     finally:
         await pg_db.close()
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+    async with fresh_store(request.param, tmp_path) as (store, _):
+        yield store
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def counted_db(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[Database, Callable[[str], int]]]:
+    async with fresh_store(request.param, tmp_path) as found:
+        yield found
 
 
 def insert(
@@ -182,26 +213,21 @@ async def test_a_closed_store_raises_instead_of_hanging(db: Database) -> None:
     await db.close()  # closing twice is harmless (the fixture closes again)
 
 
-async def test_writes_racing_close_all_get_an_answer(tmp_path: Path) -> None:
+async def test_writes_racing_close_all_get_an_answer(counted_db: tuple[Database, Callable[[str], int]]) -> None:
     """Writes queued around the moment of close either commit or fail; none waits forever."""
-    path = tmp_path / "race.sqlite3"
-    with sqlite3.connect(path) as setup:
-        setup.execute(TABLES[0])
-    sqlite_db = SqliteDatabase(str(path))
+    store, count = counted_db
     loop = asyncio.get_running_loop()
-    tasks = [loop.create_task(sqlite_db.write(insert(f"v{n}"))) for n in range(100)]
-    closing = loop.create_task(sqlite_db.close())
+    tasks = [loop.create_task(store.write(insert(f"v{n}"))) for n in range(100)]
+    closing = loop.create_task(store.close())
     for n in range(100, 200):  # some queue before the close mark, some after it
-        tasks.append(loop.create_task(sqlite_db.write(insert(f"v{n}"))))
+        tasks.append(loop.create_task(store.write(insert(f"v{n}"))))
         await asyncio.sleep(0)
     await closing
     done, pending = await asyncio.wait(tasks, timeout=10)
     assert not pending
     outcomes = [t.exception() for t in done]
     assert all(o is None or isinstance(o, StorageError) for o in outcomes)
-    with sqlite3.connect(path) as check:
-        stored = check.execute("SELECT count(*) FROM t").fetchone()[0]
-    assert stored == sum(1 for o in outcomes if o is None)
+    assert await asyncio.to_thread(count, "t") == sum(1 for o in outcomes if o is None)
 
 
 async def test_a_deadlock_with_another_process_is_retried_not_reported() -> None:

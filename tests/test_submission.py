@@ -19,7 +19,7 @@ import trustme
 from inboxd.app import Inboxd
 from inboxd.smtp.server import SmtpServer
 from inboxd.smtp.submission import Submission
-from tests.conftest import REDIS_URL, Clock, Harness, simple_message
+from tests.conftest import OTHER_CLIENT_IP, REDIS_URL, Clock, Harness, simple_message
 from tests.test_smtp import RawSmtp
 
 # Most cases are about the protocol and run on SQLite; capture and concurrency run on both back ends.
@@ -255,6 +255,11 @@ async def test_failures_are_limited_per_ip_and_never_name_the_user(start: Start)
     again = await RawSmtp.connect(server.submission_port)
     assert (await again.cmd("EHLO app"))[:3] == "250"
     await again.close()
+    # The budget spent was this IP's: from another address the same username and token sign in.
+    other = await RawSmtp.connect(server.submission_port, source=OTHER_CLIENT_IP)
+    await other.cmd("EHLO app")
+    assert (await other.cmd(f"AUTH PLAIN {plain(good.username, token)}"))[:3] == "235"
+    await other.close()
 
 
 @sqlite_only
@@ -442,7 +447,6 @@ async def send_raw(client: RawSmtp, body: bytes) -> str:
     return await client.cmd(body + b"\r\n.\r\n")
 
 
-@sqlite_only
 async def test_captured_messages_count_as_operations(start: Start) -> None:
     server, http = await start(pro_ops_limit=4)
     assert server.bootstrap_token is not None
@@ -458,7 +462,6 @@ async def test_captured_messages_count_as_operations(start: Start) -> None:
     assert sorted(m.summary.subject for m in stored) == ["0", "1", "2"]
 
 
-@sqlite_only
 async def test_size_and_byte_quota_refuse_and_store_nothing(start: Start) -> None:
     server, http = await start(max_message_size=4000, pro_mailbox_quota=6000)
     assert server.bootstrap_token is not None

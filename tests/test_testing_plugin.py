@@ -1,15 +1,24 @@
 """The pytest plugin, run by pytest's own `pytester`: the embedded inboxd, a running one given by
-`--inboxd-url`, the `mailbox` and `sandbox` fixtures, and what a failed wait says."""
+`--inboxd-url`, the `mailbox` and `sandbox` fixtures, and what a failed wait says. `wait_for`'s
+order is also checked directly, against a server whose clock the test holds still."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from inboxd.app import Inboxd
+from inboxd.client import Client
+from inboxd.testing import TestMailbox
+from tests.conftest import Harness, send_mail, simple_message
 from tests.serverproc import ServerProcess
+
+sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
 EMBEDDED_SUITE = """
 import smtplib
@@ -124,3 +133,59 @@ async def test_running_inboxd_given_by_url(
             assert len((await http.get("/api/user/sandbox/messages", headers=auth)).json()["messages"]) == 1
     finally:
         await server.stop()
+
+
+async def test_wait_for_returns_every_mail_once_oldest_first(make_settings: Any) -> None:
+    """Mail that arrived before the first call, several in one millisecond, then mail that arrives
+    during a call: each `wait_for` returns the next one in the server's order, none is skipped."""
+    now = [time.time()]
+    server = Inboxd(make_settings(), clock=lambda: now[0])
+    await server.start()
+    assert server.bootstrap_token is not None
+    client = Client(f"http://127.0.0.1:{server.http_port}", server.bootstrap_token)
+    try:
+        created = await asyncio.to_thread(client.create_mailbox)
+        box = TestMailbox(client, id=created.id, address=created.address)
+
+        async def send(subject: str) -> None:
+            await asyncio.to_thread(send_mail, server.smtp_port, box.address, simple_message(subject=subject))
+
+        for subject in ("one", "two", "three"):  # the clock stands still: one millisecond, ordered by id
+            await send(subject)
+        now[0] += 1
+        await send("four")
+        now[0] += 0.001
+        await send("five")
+        listed = await asyncio.to_thread(box.messages)  # newest first
+        assert len({m.created_at for m in listed[2:]}) == 1
+        got = [await asyncio.to_thread(box.wait_for, timeout=5) for _ in listed]
+        assert [m.id for m in got] == [m.id for m in reversed(listed)]
+
+        # Nothing new yet: the call waits, and returns the next mail the moment it is committed.
+        waiting = asyncio.ensure_future(asyncio.to_thread(box.wait_for, subject="six", timeout=20))
+        await asyncio.sleep(0.3)
+        now[0] += 1
+        await send("six")
+        assert (await asyncio.wait_for(waiting, 20)).subject == "six"
+        with pytest.raises(AssertionError, match="newer than the one the previous wait_for returned"):
+            await asyncio.to_thread(box.wait_for, timeout=0.2)
+    finally:
+        client.close()
+        await server.stop()
+
+
+SANDBOX_SUITE = """
+def test_sandbox(sandbox):
+    raise AssertionError("a free plan has no sandbox: the fixture skips")
+"""
+
+
+@sqlite_only
+async def test_sandbox_fixture_skips_for_a_plan_without_one(harness: Harness, pytester: pytest.Pytester) -> None:
+    token = await harness.new_user(plan="free")
+    pytester.makepyfile(test_app=SANDBOX_SUITE)
+    url = f"http://127.0.0.1:{harness.server.http_port}"
+    args = ("-p", "no:cacheprovider", "-rs", "--inboxd-url", url, "--inboxd-token", token)
+    result = await asyncio.to_thread(pytester.runpytest_subprocess, *args, timeout=120)
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED *the token's plan has no SMTP sandbox*"])

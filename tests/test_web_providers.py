@@ -261,3 +261,75 @@ async def test_a_provider_that_is_down_gets_a_page(start_web: StartWeb) -> None:
     await expect(page).to_have_url(re.compile(r"/auth/sign-in$"))
     unknown = await web.http.get("/auth/nosuch/start")
     assert unknown.status_code == 404 and "not configured" in unknown.text
+
+
+async def test_admin_links_providers_from_the_account_page_and_keeps_one(start_web: StartWeb, idp: Idp) -> None:
+    with FakeGitHub() as github:
+        web = await start_web(
+            **idp.settings(signup_allow="*"),
+            github_client_id=github.client_id,
+            github_client_secret=github.client_secret,
+            github_url=github.url,
+            github_api_url=github.api_url,
+        )
+        admin = await web.services.users.user_by_email("admin@localhost")
+        idp.oidc.set_account("root", {"email": "admin@localhost", "email_verified": True, "name": "Root"})
+
+        # A verified email alone never reaches an admin's account.
+        page = await web.new_page()
+        await page.goto("/auth/oidc/start")
+        await web.at_provider(page, "root")
+        await expect(page.get_by_role("heading", name="Link this provider from your account first")).to_be_visible()
+        await expect(page.get_by_text("link this provider from your account page")).to_be_visible()
+        await web.screenshot(page, "error-link-required")
+        assert await web.services.sign_in.identities(admin) == []
+        await page.goto("/account")
+        await expect(page).to_have_url(re.compile(r"/auth/sign-in"))
+
+        # Signed in, the admin links it, and a GitHub account with another email, from the account page
+        # (in a browser that has not signed in at the provider yet, so it asks who is there).
+        page = await web.new_page()
+        await web.sign_in(page, "admin@localhost")
+        await expect(page.get_by_text("No identity provider is linked yet.")).to_be_visible()
+        await page.get_by_role("button", name="Link Acme SSO", exact=True).click()
+        await web.at_provider(page, "root")
+        await expect(page).to_have_url(re.compile(r"/account\?notice=linked$"))
+        await expect(page.get_by_role("status")).to_contain_text("The provider is linked")
+        await page.get_by_role("button", name="Link GitHub", exact=True).click()  # GitHub answers at once
+        await expect(page.locator(".identities li")).to_have_count(2)
+        await expect(page.get_by_role("button", name="Link GitHub", exact=True)).to_have_count(0)
+        await expect(page.get_by_role("button", name="Link Google", exact=True)).to_be_visible()
+        linked = await web.services.sign_in.identities(admin)
+        assert sorted((i.provider, i.subject, i.email) for i in linked) == [
+            ("github", "583231", "octocat@example.com"),
+            ("oidc", "root", "admin@localhost"),
+        ]
+        await web.screenshot(page, "account-providers")
+
+        # The provider now signs the admin in.
+        again = await web.new_page(width=375)
+        await again.goto("/auth/oidc/start")
+        await web.at_provider(again, "root")
+        await expect(again).to_have_url(re.compile(r"/account$"))
+        await expect(again.locator(".who-email")).to_have_text("admin@localhost")
+
+        # A provider account linked to one user cannot be linked to another.
+        bob = await web.user("bob@example.com", plan="free")
+        other = await web.new_page()
+        await web.sign_in(other, "bob@example.com")
+        await other.get_by_role("button", name="Link GitHub", exact=True).click()
+        taken = other.get_by_role("heading", name="This provider account is linked to someone else")
+        await expect(taken).to_be_visible()
+        assert await web.services.sign_in.identities(bob) == []
+
+        # Unlink one; the last one left is refused, with a message, and stays.
+        page.once("dialog", lambda dialog: dialog.accept())
+        await page.get_by_role("button", name="Unlink GitHub (octocat@example.com)").click()
+        await expect(page.get_by_role("status")).to_contain_text("no longer signs you in")
+        await expect(page.locator(".identities li")).to_have_count(1)
+        page.once("dialog", lambda dialog: dialog.accept())
+        await page.get_by_role("button", name="Unlink Single sign-on (admin@localhost)").click()
+        await expect(page.get_by_role("alert")).to_contain_text("This is the only way left to sign in")
+        await expect(page.locator(".identities li")).to_have_count(1)
+        assert [i.provider for i in await web.services.sign_in.identities(admin)] == ["oidc"]
+        await web.screenshot(page, "account-unlink-last-refused")

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from inboxd.app import Inboxd
-from tests.conftest import Clock, Harness
+from tests.conftest import OTHER_CLIENT_IP, Clock, Harness, http_client_from
 from tests.test_cli_users import cli
 
 
@@ -131,6 +131,9 @@ async def test_sign_in_attempts_are_limited_per_ip(make_settings: Any, clock: Cl
             assert codes == [410, 410, 410, 429]
             limited = await http.post("/auth/link/bad", headers=headers)
             assert "Too many attempts" in limited.text and int(limited.headers["retry-after"]) >= 1
+            # Another IP is not held back by this one's attempts.
+            async with http_client_from(OTHER_CLIENT_IP, str(http.base_url)) as other:
+                assert (await other.post("/auth/link/bad", headers=headers)).status_code == 410
             clock.advance(61)
             assert (await http.post("/auth/link/bad", headers=headers)).status_code == 410
     finally:

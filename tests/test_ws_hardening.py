@@ -34,7 +34,9 @@ async def new_mailbox(server: Inboxd, local: str) -> dict[str, Any]:
 
 
 async def test_idle_websockets_are_cut_at_the_auth_timeout(make_settings: Any, clock: Clock) -> None:
-    async with Inboxd(make_settings(ws_auth_timeout=3.0), clock=clock) as server:
+    # 500 idle sockets from one address: above the per-address cap of unauthenticated ones.
+    settings = make_settings(ws_auth_timeout=3.0, ws_max_unauthenticated_per_ip=1000)
+    async with Inboxd(settings, clock=clock) as server:
         box = await new_mailbox(server, "watched")
         port = server.http_port
         started = time.monotonic()

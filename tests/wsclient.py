@@ -56,12 +56,17 @@ class RawClient:
         self.proto = proto
         self.frames: list[Frame] = []
         self.eof = False
+        self.response: Response | None = None
 
     @classmethod
-    async def open(cls, http_port: int, *, rcvbuf: int | None = None) -> RawClient:
+    async def open(cls, http_port: int, *, rcvbuf: int | None = None, source: str | None = None) -> RawClient:
+        """A connection through the handshake: `response` holds the server's answer to it (101, or
+        a refusal). `source` is the local address to connect from (127.0.0.x)."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        if source is not None:
+            sock.bind((source, 0))
         sock.setblocking(False)
         await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", http_port))
         # A small stream limit keeps the client's own buffer small when it stops reading.
@@ -70,8 +75,10 @@ class RawClient:
         proto.send_request(proto.connect())
         client = cls(reader, writer, proto)
         client.flush()
-        while not any(isinstance(e, Response) for e in await client.read_events()):
-            pass
+        while client.response is None:
+            if client.eof:
+                raise EOFError("the server closed the connection during the handshake")
+            client.response = next((e for e in await client.read_events() if isinstance(e, Response)), None)
         return client
 
     def flush(self) -> None:

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
-from inboxd.api.app import build_asgi
 from inboxd.api.operations import metrics_app
+from inboxd.asgi import build_asgi
 from inboxd.config import Settings
 from inboxd.dns import DnsLookup
 from inboxd.events import EventBus, LocalBus
@@ -327,12 +327,13 @@ class Inboxd:
         settings, clock = self.settings, self.clock
         mailbox_tokens = MailboxTokens(self.keyring.token_keys, ttl=settings.mailbox_token_ttl)
         mailboxes = MailboxService(db, settings=settings, tokens=mailbox_tokens, clock=clock, bus=bus)
-        messages = MessageService(db, clock=clock)
+        messages = MessageService(db, clock=clock, scan_rows=settings.filter_scan_rows)
         counters = self._redis_counters() if settings.redis_url else MemoryCounters()
+        admission = Limiter(counters, ledger=OpsLedger(db), settings=settings, clock=clock)
         return Services(
             settings=settings,
             clock=clock,
-            users=UserService(db, clock=clock, bus=bus),
+            users=UserService(db, clock=clock, bus=bus, max_tokens=settings.max_tokens_per_user),
             mailboxes=mailboxes,
             messages=messages,
             ingest=IngestService(
@@ -340,20 +341,21 @@ class Inboxd:
             ),
             mailbox_tokens=mailbox_tokens,
             bus=bus,
-            admission=Limiter(counters, ledger=OpsLedger(db), settings=settings, clock=clock),
+            admission=admission,
             domains=DomainService(
                 db,
                 settings=settings,
                 dns=DnsLookup(nameservers=settings.dns_nameservers, timeout=settings.dns_timeout),
                 clock=clock,
                 bus=bus,
+                admission=admission,
             ),
             profiles=ProfileService(db, settings=settings),
             webhooks=WebhookService(db, settings=settings, clock=clock, keyring=self.keyring),
             sessions=SessionService(db, settings=settings, clock=clock),
             sign_in=SignInService(db, settings=settings, clock=clock),
             sandboxes=SandboxService(db, settings=settings, messages=messages, tokens=mailbox_tokens, clock=clock),
-            waits=WaitService(messages, bus),
+            waits=WaitService(messages, bus, admission=admission, settings=settings),
             exports=ExportService(db, clock=clock),
             checks=CheckService(db, settings=settings, messages=messages, clock=clock),
             space=self._space_guard(),

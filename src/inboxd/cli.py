@@ -49,14 +49,14 @@ async def _with_db(settings: Settings, action: Callable[[Database], Awaitable[T]
         await db.close()
 
 
-def _users(db: Database) -> UserService:
+def _users(db: Database, settings: Settings) -> UserService:
     # A bus of its own: running servers see a change made here once what they keep in memory of
     # users, tokens and mailboxes is a few seconds old (services/users.py, services/recipients.py).
-    return UserService(db, clock=time.time, bus=LocalBus())
+    return UserService(db, clock=time.time, bus=LocalBus(), max_tokens=settings.max_tokens_per_user)
 
 
 async def _with_users(settings: Settings, action: Callable[[UserService], Awaitable[T]]) -> T:
-    return await _with_db(settings, lambda db: action(_users(db)))
+    return await _with_db(settings, lambda db: action(_users(db, settings)))
 
 
 @click.group()
@@ -169,7 +169,7 @@ def users_sign_in_link(email: str) -> None:
     settings = _settings()
 
     async def issue(db: Database) -> str:
-        user = await _users(db).user_by_email(email)
+        user = await _users(db, settings).user_by_email(email)
         return await SignInService(db, settings=settings, clock=time.time).issue_link(user)
 
     link = _guarded(_with_db(settings, issue))

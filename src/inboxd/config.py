@@ -114,7 +114,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     rspamd_timeout: float = 20.0
 
     domain_verify_window: float = 259200.0
+    # Seconds between two DNS checks of one custom domain (a verify sooner answers 429).
+    domain_verify_interval: float = 5.0
     max_domains: int = 10
+    # Unrevoked API tokens one user may hold (`token_limit_reached` beyond).
+    max_tokens_per_user: int = 100
     user_accounts_page_size: int = 1000
     retention_free: float = 604800.0
     retention_pro: float = 2592000.0
@@ -137,6 +141,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # has failed on it waits 1, 2, 4 … seconds after the address's last one, at most this long.
     login_delay_max: float = 60.0
     public_rps: float = 20.0
+    # Dashboard requests per second per signed-in user, or per client IP for signed-out visitors
+    # (burst twice that). Forms that do what an API call does also pass the API's limits.
+    web_rps: float = 20.0
     usage_flush_interval: float = 2.0
 
     ws_auth_timeout: float = 10.0
@@ -145,6 +152,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Frames a WebSocket client may leave unread before it is dropped.
     ws_send_queue: int = 100
     mailbox_token_ttl: float = 86400.0
+    # Seconds the live inbox's WebSocket token is valid for (the page fetches one per connection).
+    live_token_ttl: float = 300.0
 
     # Sign-in and browser sessions (README "Sign-in"). `signup_allow`: empty lets only existing
     # users in, "*" anyone with a verified email, else a list of email domains.
@@ -191,6 +200,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     recipient_cache_ttl: float = 2.0
     # A WebSocket frame still unwritten after this many seconds drops its client.
     ws_write_timeout: float = 30.0
+    # Held resources (README "Slow, hostile and heavy clients"): WebSockets not yet authenticated,
+    # per client address and in all, in each process; open waits per mailbox and per user (across
+    # processes with Redis); and the rows a filter that no index answers may read.
+    ws_max_unauthenticated: int = 1000
+    ws_max_unauthenticated_per_ip: int = 50
+    max_waits_per_mailbox: int = 10
+    max_waits_per_user: int = 100
+    filter_scan_rows: int = 10000
     max_body_size: int = 1024 * 1024
     log_level: str = "info"
     # Networks (CIDRs) of the proxies that may name the client address: `X-Forwarded-For` over

@@ -11,6 +11,7 @@
     ├── Conflict                     409 address_taken / domain_already_exists
     ├── Gone                         410 expired / domain_expired
     ├── PayloadTooLarge              413 payload_too_large
+    ├── FilterTooBroad               422 filter_too_broad (a filter read its bound of rows, the page not full)
     ├── RateLimited                  429 rate_limit_exceeded / ops_quota_exceeded
     ├── ProviderError                502 provider_error: an identity provider down or answering nonsense
     ├── Unavailable                  503 unavailable (the server is stopping)
@@ -18,7 +19,7 @@
         ├── DuplicateKey             409 a unique key taken (services turn it into their Conflict)
         └── InsufficientStorage      507 insufficient_storage: the disk or database is full (SMTP 451)
 
-The HTTP mapping lives in `api/errors.py`, the SMTP mapping in `smtp/replies.py`; everything
+The HTTP mapping lives in `http/errors.py` (pages: `web/errors.py`), the SMTP mapping in `smtp/replies.py`; everything
 else raises these and never builds a response itself.
 """
 
@@ -98,6 +99,12 @@ class PayloadTooLarge(InboxdError):
     status = 413
     code = "payload_too_large"
     default_message = "The request body is larger than 1 MiB."
+
+
+class FilterTooBroad(InboxdError):
+    status = 422
+    code = "filter_too_broad"
+    default_message = "The filter read as many messages as it may without filling the page."
 
 
 class RateLimited(InboxdError):

@@ -105,6 +105,8 @@ class Mailbox:
     password_gen: int
     created_at: float
     role: str = "user"
+    # "mailbox", or "sandbox" for a user's SMTP sandbox (Pro only, reached with API tokens, no password).
+    kind: str = "mailbox"
 
 
 class MessageSummary(msgspec.Struct, frozen=True):

@@ -7,9 +7,10 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from inboxd.api import schemas
-from inboxd.api.http import Call, endpoint, json_response, no_content, read_json
-from inboxd.api.messages import content_disposition
 from inboxd.api.openapi import describe
+from inboxd.http.body import read_json
+from inboxd.http.pipeline import Call, endpoint
+from inboxd.http.responses import content_disposition, json_response, no_content
 
 
 @describe(

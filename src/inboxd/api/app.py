@@ -1,20 +1,10 @@
-"""The ASGI application: every router's routes and the error table, around one `Services`."""
+"""The REST API's routes, in the order the OpenAPI document lists them."""
 
 from __future__ import annotations
 
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
-from starlette.types import ASGIApp
 
-from inboxd.api import accounts, docs, messages, operations, public, sandbox, user, webhooks, ws
-from inboxd.api.errors import AnswerUnexpected, on_http_error, on_inboxd_error
-from inboxd.api.observe import Observe
-from inboxd.errors import InboxdError
-from inboxd.metrics import Metrics
-from inboxd.services.registry import Services
-from inboxd.web import app as web
+from inboxd.api import accounts, docs, messages, operations, public, sandbox, user, webhooks
 
 
 def api_routes() -> list[BaseRoute]:
@@ -29,22 +19,3 @@ def api_routes() -> list[BaseRoute]:
         *docs.routes,
         *operations.routes,
     ]
-
-
-def build_asgi(services: Services, *, metrics: Metrics | None = None) -> ASGIApp:
-    """The whole HTTP face: request ids, logs and metrics around the WebSocket and the routes."""
-    metrics = metrics or Metrics()
-    routes = api_routes()
-    app = Starlette(
-        routes=[*routes, *web.routes()],
-        middleware=[Middleware(AnswerUnexpected)],
-        exception_handlers={InboxdError: on_inboxd_error, HTTPException: on_http_error},
-    )
-    # A trailing slash names no resource: 404 `not_found`, as for any unknown path, not a 307
-    # that drops the body of a POST for clients that do not follow it.
-    app.router.redirect_slashes = False
-    app.state.services = services
-    web.attach(app, services)
-    app.state.openapi = docs.openapi_bytes(routes, base_url=services.settings.base_url)
-    app.state.metrics = metrics
-    return Observe(ws.with_websocket(app, services, metrics=metrics), metrics=metrics, routes=routes)

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from inboxd.api.http import json_response
 from inboxd.api.openapi import Query
+from inboxd.http.responses import json_response
 from inboxd.model import MessageFilter
 from inboxd.services.filters import parse_filter, parse_timeout
 from inboxd.tasks import cancel_and_wait
@@ -38,7 +38,9 @@ WAIT_QUERY = (
 WAIT_DESCRIPTION = (
     "The newest message the filters keep (and whose `created_at` is at or after `since`), at once if "
     "there is one, otherwise the moment one is committed; 408 `timeout` when none arrives in time. "
-    "Counts as one operation."
+    "Counts as one operation. Open waits are capped per mailbox and per user (429 `too_many_waits`); "
+    "`from`, `to`, `subject`, `unread` and `has_attachments` read only the newest messages "
+    "(`INBOXD_FILTER_SCAN_ROWS`), where new mail always is."
 )
 
 T = TypeVar("T")

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from urllib.parse import quote
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from inboxd.api import schemas
 from inboxd.api.filters import FILTER_QUERY, WAIT_DESCRIPTION, WAIT_QUERY, message_filter, wait_response, wait_timeout
-from inboxd.api.http import Call, endpoint, int_query, json_response, json_stream_response, no_content, read_json
 from inboxd.api.openapi import Query, describe
+from inboxd.http.body import read_json
+from inboxd.http.pipeline import Call, endpoint
+from inboxd.http.query import page_number
+from inboxd.http.responses import content_disposition, json_response, json_stream_response, no_content
 from inboxd.model import Mailbox
 
 
@@ -27,11 +28,11 @@ async def _mailbox(request: Request, call: Call) -> Mailbox:
         Query("page", int, "Page number, 30 messages a page, newest first; fewer than 30 means the last.", minimum=1),
         *FILTER_QUERY,
     ),
-    errors=(404,),
+    errors=(404, 422),
 )
 @endpoint(mailbox_token=True)
 async def list_messages(request: Request, call: Call) -> Response:
-    page = int_query(request, "page", 1)
+    page = page_number(request)
     read = call.services.messages.page_in(page, message_filter(request))
     items = await call.services.mailboxes.read_in(call.principal, request.path_params["mailbox"], read)
     return json_response(schemas.MessagePage(messages=[schemas.message_item(m) for m in items], page=page))
@@ -44,6 +45,7 @@ async def list_messages(request: Request, call: Call) -> Response:
     response=schemas.MessageDetailOut,
     query=WAIT_QUERY,
     errors=(404, 408, 503),
+    codes=("too_many_waits",),
     extension=True,
 )
 @endpoint(mailbox_token=True)
@@ -111,16 +113,6 @@ async def get_attachment(request: Request, call: Call) -> Response:
             "Content-Disposition": content_disposition(part.filename),
         },
     )
-
-
-def content_disposition(filename: str) -> str:
-    """RFC 6266: an ASCII fallback, plus `filename*` when the name is not plain ASCII."""
-    name = filename or "attachment"
-    fallback = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in name)
-    value = f'attachment; filename="{fallback}"'
-    if fallback != name:
-        value += f"; filename*=UTF-8''{quote(name, safe='')}"
-    return value
 
 
 @describe("Mark a message read", tag="messages", status=204, errors=(404, 410))

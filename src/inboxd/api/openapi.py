@@ -21,7 +21,7 @@ import msgspec
 from starlette.routing import BaseRoute, Route
 
 from inboxd.api import schemas
-from inboxd.api.http import WRITES
+from inboxd.http.pipeline import WRITES
 
 F = TypeVar("F", bound=Callable[..., Any])
 Access = Literal["none", "token", "mailbox_token", "pro", "metrics"]
@@ -38,6 +38,7 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
     409: ("conflict",),
     410: ("expired",),
     413: ("payload_too_large",),
+    422: ("filter_too_broad",),
     429: ("rate_limit_exceeded", "ops_quota_exceeded"),
     503: ("unavailable",),
     507: ("insufficient_storage",),
@@ -51,6 +52,8 @@ ERROR_TEXT = {
     409: "Already exists",
     410: "Expired",
     413: "Request body over the limit",
+    422: "A filter no index answers read its bound of messages (`INBOXD_FILTER_SCAN_ROWS`) without filling the page "
+    "while older ones remain; narrow it with `since`/`until`",
     429: "Rate limited or monthly quota used up",
     503: "The server is stopping",
     507: "Free space under the operator's threshold",
@@ -275,6 +278,7 @@ _CODE_STATUS = {
     "address_taken": 409,
     "domain_already_exists": 409,
     "domain_expired": 410,
+    "too_many_waits": 429,
 }
 
 

@@ -10,10 +10,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from inboxd.api.errors import on_inboxd_error
-from inboxd.api.http import services_of
 from inboxd.api.openapi import describe
 from inboxd.errors import InboxdError, NotFound, Unauthorized
+from inboxd.http.body import services_of
+from inboxd.http.errors import on_inboxd_error
 from inboxd.metrics import CONTENT_TYPE, Metrics
 from inboxd.services.registry import Services
 

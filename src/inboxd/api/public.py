@@ -7,15 +7,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inboxd.api import schemas
-from inboxd.api.http import json_response, read_json, services_of
 from inboxd.api.openapi import describe
 from inboxd.errors import Unauthorized
-from inboxd.http.client_address import client_address
-
-
-def client_ip(request: Request) -> str:
-    """The client address: the peer, or what a trusted proxy reports (`http/client_address.py`)."""
-    return client_address(request, services_of(request).settings.trusted_proxies)
+from inboxd.http.body import read_json, services_of
+from inboxd.http.client_address import client_ip
+from inboxd.http.responses import json_response
 
 
 @describe(

@@ -166,8 +166,9 @@ API tokens are refused). The answer is `{"type": "auth_ok"}`, then one frame per
 
 Refusals are one `{"error": code}` frame (`invalid_token`, `invalid_or_expired_token`,
 `invalid_auth_message`, `auth_timeout`, `too_many_connections`), then close 1008. A handshake
-with an `Origin` other than the service's web origin gets HTTP 403. At most 3 connections per
-mailbox; a ping every 30 s.
+with an `Origin` other than the service's web origin gets HTTP 403, and one beyond the caps on
+sockets not yet authenticated (per client address and in all) HTTP 429 `too_many_connections`.
+At most 3 connections per mailbox; a ping every 30 s.
 
 ### Webhook `email.received`
 

@@ -13,9 +13,10 @@ from starlette.routing import Route
 
 from inboxd.api import schemas
 from inboxd.api.filters import FILTER_QUERY, WAIT_DESCRIPTION, WAIT_QUERY, message_filter, wait_response, wait_timeout
-from inboxd.api.http import Call, endpoint, int_query, json_response, no_content
-from inboxd.api.messages import content_disposition
 from inboxd.api.openapi import Query, describe
+from inboxd.http.pipeline import Call, endpoint
+from inboxd.http.query import page_number
+from inboxd.http.responses import content_disposition, json_response, no_content
 
 pro = endpoint(pro=True)
 
@@ -37,10 +38,11 @@ async def get_sandbox(request: Request, call: Call) -> Response:
     tag="sandbox",
     response=schemas.SandboxPage,
     query=(Query("page", int, "Page number, 30 messages a page, newest first.", minimum=1), *FILTER_QUERY),
+    errors=(422,),
 )
 @pro
 async def list_messages(request: Request, call: Call) -> Response:
-    page = int_query(request, "page", 1)
+    page = page_number(request)
     flt = message_filter(request)
     items = await call.services.sandboxes.page(call.principal.user, page, flt)
     return json_response(schemas.SandboxPage(messages=[schemas.sandbox_item(m) for m in items], page=page))
@@ -53,6 +55,7 @@ async def list_messages(request: Request, call: Call) -> Response:
     response=schemas.SandboxDetailOut,
     query=WAIT_QUERY,
     errors=(408, 503),
+    codes=("too_many_waits",),
     extension=True,
 )
 @pro

@@ -12,8 +12,11 @@ from starlette.routing import Route
 
 from inboxd.api import schemas
 from inboxd.api.filters import FILTER_QUERY, WAIT_DESCRIPTION, WAIT_QUERY, message_filter, wait_response, wait_timeout
-from inboxd.api.http import Call, endpoint, int_query, json_response, no_content, read_json
 from inboxd.api.openapi import Query, describe
+from inboxd.http.body import read_json
+from inboxd.http.pipeline import Call, endpoint
+from inboxd.http.query import page_number
+from inboxd.http.responses import json_response, no_content
 
 pro = endpoint(pro=True)
 
@@ -49,11 +52,11 @@ async def list_accounts(request: Request, call: Call) -> Response:
     tag="pro",
     response=schemas.MessagePage,
     query=(Query("page", int, "Page number, 30 messages a page.", minimum=1), *FILTER_QUERY),
-    errors=(404,),
+    errors=(404, 422),
 )
 @pro
 async def list_account_messages(request: Request, call: Call) -> Response:
-    page = int_query(request, "page", 1)
+    page = page_number(request)
     flt = message_filter(request)
     mailbox = await call.services.mailboxes.find(call.principal, request.path_params["id"], scope="user")
     items = await call.services.messages.page(mailbox, page, flt)
@@ -67,6 +70,7 @@ async def list_account_messages(request: Request, call: Call) -> Response:
     response=schemas.MessageDetailOut,
     query=WAIT_QUERY,
     errors=(404, 408, 503),
+    codes=("too_many_waits",),
     extension=True,
 )
 @pro

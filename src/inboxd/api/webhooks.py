@@ -7,8 +7,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inboxd.api import schemas
-from inboxd.api.http import Call, endpoint, json_response, no_content, read_json
 from inboxd.api.openapi import describe
+from inboxd.http.body import read_json
+from inboxd.http.pipeline import Call, endpoint
+from inboxd.http.responses import json_response, no_content
 
 
 @describe("List webhooks", tag="webhooks", response=schemas.Webhooks)

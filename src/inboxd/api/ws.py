@@ -2,8 +2,10 @@
 
 The handshake is refused with HTTP 403 when an `Origin` header is present and is not the
 service's own web origin (browsers always send one; server-side clients need not). Then the
-client has `ws_auth_timeout` seconds to send `{"type": "auth", "token": <mailbox token>}`.
-Every refusal is one `{"error": ...}` message followed by close 1008.
+client has `ws_auth_timeout` seconds to send `{"type": "auth", "token": <mailbox token>}`: a
+mailbox token, or the short-lived token the dashboard's live inbox hands its script (valid here
+only, while its browser session is signed in). Every refusal is one `{"error": ...}` message
+followed by close 1008; a malformed token is refused by `MailboxTokens` before it is decoded.
 
 Each connection keeps a bounded queue of frames not yet written; a client that stops reading
 fills it and is dropped (its TCP connection aborted), so it never holds up the others. A frame
@@ -33,6 +35,7 @@ from functools import partial
 import msgspec
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from inboxd.api.ws_admission import Unauthenticated, client_ip
 from inboxd.errors import Unauthorized
 from inboxd.events import REVOKE_ALL
 from inboxd.metrics import Metrics
@@ -44,6 +47,7 @@ PATH = "/api/ws"
 POLICY_VIOLATION = 1008
 AUTH_OK = '{"type":"auth_ok"}'
 _DENIED = b'{"error":"access_denied","message":"This Origin may not open the WebSocket."}'
+_BUSY = b'{"error":"too_many_connections","message":"Too many WebSockets waiting to authenticate."}'
 _REVOKED = "revoked"  # an in-queue marker, compared by identity, never sent
 
 
@@ -215,6 +219,10 @@ class WebSocketHub:
         self._unsubscribe: dict[str, tuple[Callable[[], None], Callable[[], None]]] = {}
         self._resyncs: set[asyncio.Task[None]] = set()
         services.bus.on_resync(self._resync)
+        settings = services.settings
+        self.unauthenticated = Unauthenticated(
+            total=settings.ws_max_unauthenticated, per_ip=settings.ws_max_unauthenticated_per_ip
+        )
 
     def count(self, mailbox_id: str | None = None) -> int:
         if mailbox_id is None:
@@ -223,7 +231,15 @@ class WebSocketHub:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Only this frame (and the server's) stays suspended while a connection idles.
-        conn = await self._open_session(scope, receive, send)
+        ip = client_ip(scope)
+        if not self.unauthenticated.enter(ip):
+            if (await receive())["type"] == "websocket.connect":
+                await _deny(scope, receive, send, status=429, body=_BUSY)
+            return
+        try:
+            conn = await self._open_session(scope, receive, send)
+        finally:
+            self.unauthenticated.leave(ip)
         if conn is None:
             return
         try:
@@ -291,7 +307,7 @@ class WebSocketHub:
     async def _admit(self, conn: Connection, token: str) -> bool:
         """Check the token against the database (generation, owner active), then `auth_ok`."""
         try:
-            principal = await self._services.users.authenticate(token, self._services.mailbox_tokens)
+            principal = await self._services.users.authenticate(token, self._services.mailbox_tokens, websocket=True)
         except Unauthorized:
             principal = None
         if principal is None or principal.mailbox_id != conn.mailbox_id:
@@ -356,12 +372,12 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def _deny(scope: Scope, receive: Receive, send: Send) -> None:
-    """HTTP 403 before the handshake completes (a body where the server allows one)."""
+async def _deny(scope: Scope, receive: Receive, send: Send, *, status: int = 403, body: bytes = _DENIED) -> None:
+    """An HTTP error before the handshake completes (a body where the server allows one)."""
     if "websocket.http.response" in scope.get("extensions", {}):
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(_DENIED)).encode())]
-        await send({"type": "websocket.http.response.start", "status": 403, "headers": headers})
-        await send({"type": "websocket.http.response.body", "body": _DENIED})
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
         # uvicorn (0.54) forgets that such a response ends the handshake and logs an ERROR for
         # each one, which anyone could then fill the log with.
         protocol = getattr(receive, "__self__", None)

@@ -24,12 +24,14 @@ def _origin_of(url: str) -> str:
 
 
 def check_origin(request: Request, settings: Settings) -> None:
-    """Refuse a POST whose `Origin` (or `Referer`) is not the dashboard's own origin."""
+    """Refuse a POST whose `Origin` (or, when a browser sent none, `Referer`) is not the
+    dashboard's own origin. `Origin: null` is refused: browsers send it from sandboxed frames,
+    `data:` pages and some cross-site redirects, none of which is our page."""
     expected = settings.resolved_web_origin.lower()
     origin = request.headers.get("origin")
-    if origin is None or origin == "null":
+    if origin is None:
         referer = request.headers.get("referer")
-        origin = _origin_of(referer) if referer else origin
+        origin = _origin_of(referer) if referer else None
     if origin is None or origin.lower() != expected:
         raise _refused()
 

@@ -14,14 +14,13 @@ someone else) becomes one of our errors here, so the pages show it and nothing l
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
 from inboxd.config import Settings
 from inboxd.errors import InvalidRequest, NotFound, ProviderError
-from inboxd.services.signin import VouchedIdentity
+from inboxd.services.signin import ProviderInfo, VouchedIdentity, configured
 
 if TYPE_CHECKING:
     from authlib.integrations.starlette_client import OAuth
@@ -29,24 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("inboxd.auth")
 
 PROVIDER_KEYS = ("github", "google", "oidc")
+__all__ = ["GOOGLE_ISSUER", "PROVIDER_KEYS", "ProviderInfo", "Providers", "configured"]
 GOOGLE_ISSUER = "https://accounts.google.com"
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderInfo:
-    key: str
-    label: str
-
-
-def configured(settings: Settings) -> list[ProviderInfo]:
-    found: list[ProviderInfo] = []
-    if settings.github_client_id:
-        found.append(ProviderInfo("github", "GitHub"))
-    if settings.google_client_id:
-        found.append(ProviderInfo("google", "Google"))
-    if settings.oidc_issuer and settings.oidc_client_id:
-        found.append(ProviderInfo("oidc", settings.oidc_name))
-    return found
 
 
 def _discovery(issuer: str) -> str:

@@ -16,7 +16,9 @@ import functools
 import ipaddress
 from collections.abc import Iterable, Sequence
 
-from starlette.requests import HTTPConnection
+from starlette.requests import HTTPConnection, Request
+
+from inboxd.http.body import services_of
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 # Peers remembered as trusted or not; a per-request check is then one dictionary look-up.
@@ -98,3 +100,8 @@ def client_address(request: HTTPConnection, cidrs: Sequence[str]) -> str:
         return peer  # the default: no proxy is trusted, nothing to read
     forwarded = [value.decode("latin-1") for name, value in request.scope["headers"] if name == b"x-forwarded-for"]
     return trusted_proxies(tuple(cidrs)).client(peer, forwarded)
+
+
+def client_ip(request: Request) -> str:
+    """The client address the per-IP limits key: the peer, or what a trusted proxy reports."""
+    return client_address(request, services_of(request).settings.trusted_proxies)

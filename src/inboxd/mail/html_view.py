@@ -16,6 +16,8 @@ import base64
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from html import unescape
+from html.parser import HTMLParser
 from urllib.parse import unquote
 
 import nh3
@@ -139,3 +141,100 @@ def _strip_remote_css(markup: str) -> tuple[str, int]:
 
 def _unquote_cid(value: str) -> str:
     return unquote(value).strip().strip("<>")
+
+
+# Elements whose content a reader never sees, and elements without an end tag (which must not open
+# a level, or the hidden-ness of what follows would be misjudged).
+_INVISIBLE_TAGS = frozenset({"head", "script", "style", "template", "title"})
+_VOID_TAGS = frozenset(
+    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
+)
+_LINE_TAGS = frozenset(
+    {
+        "address", "article", "aside", "blockquote", "br", "dd", "div", "dl", "dt", "figcaption", "figure",
+        "footer", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "li", "main", "nav", "ol", "p", "pre",
+        "section", "table", "tr", "ul",
+    }
+)  # fmt: skip
+_HIDING_STYLE = re.compile(
+    r"(?:^|;)\s*(?:display\s*:\s*none|visibility\s*:\s*(?:hidden|collapse)|opacity\s*:\s*0*\.?0+\s*(?:;|$|!)"
+    r"|font-size\s*:\s*0*\.?0+[a-z%]*\s*(?:;|$|!)|mso-hide\s*:\s*all)",
+    re.IGNORECASE,
+)
+_ZERO_BOX = re.compile(r"(?:^|;)\s*(?:max-)?(?:height|width)\s*:\s*0+[a-z%]*\s*(?:;|$|!)", re.IGNORECASE)
+_OVERFLOW_HIDDEN = re.compile(r"(?:^|;)\s*overflow\s*:\s*hidden", re.IGNORECASE)
+
+
+def _hides(tag: str, attrs: list[tuple[str, str | None]]) -> bool:
+    """Whether this element hides its content from a reader: by its kind, the `hidden` attribute,
+    or an inline style (display, visibility, opacity, a zero font size, a zero box that clips)."""
+    if tag in _INVISIBLE_TAGS:
+        return True
+    for name, value in attrs:
+        if name == "hidden":
+            return True
+        if name == "style" and value:
+            if _HIDING_STYLE.search(value):
+                return True
+            if _ZERO_BOX.search(value) and _OVERFLOW_HIDDEN.search(value):
+                return True
+    return False
+
+
+class _VisibleText(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._open: list[tuple[str, bool]] = []  # (tag, hides) of each open element
+        self._hidden = 0  # how many open elements hide their content
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _LINE_TAGS:
+            self.parts.append("\n")
+        if tag in _VOID_TAGS:
+            return
+        hides = _hides(tag, attrs)
+        self._open.append((tag, hides))
+        self._hidden += hides
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _LINE_TAGS:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _LINE_TAGS:
+            self.parts.append("\n")
+        # An end tag closes its element and whatever was left open inside it; a stray one is ignored.
+        for depth in range(len(self._open) - 1, -1, -1):
+            if self._open[depth][0] == tag:
+                for _, hides in self._open[depth:]:
+                    self._hidden -= hides
+                del self._open[depth:]
+                return
+
+    def handle_data(self, data: str) -> None:
+        if not self._hidden:
+            self.parts.append(data)
+
+
+_UNFINISHED_TAG = re.compile(r"<[a-zA-Z/!?]")
+_SPACES = re.compile(r"[^\S\n]+")
+_BLANK_LINES = re.compile(r"\n\s*\n+")
+
+
+def visible_text(html_body: str) -> str:
+    """What a reader of the HTML sees, as plain text: hidden elements (by kind, `hidden` or inline
+    style) and their content are dropped, blocks become lines. For readers that must not be steered
+    by text a person would never see, such as an AI agent. Never raises."""
+    parser = _VisibleText()
+    try:
+        parser.feed(html_body[:MAX_HTML_CHARS])
+        # Not close(): on some inputs it is quadratic (see mail/parse.py). What feed() holds back is
+        # an unfinished tag, dropped as HTML5 does, or trailing text, kept.
+        tail = parser.rawdata
+        if tail and parser.cdata_elem is None and not _UNFINISHED_TAG.match(tail):
+            parser.handle_data(unescape(tail))
+    except Exception:
+        pass  # html.parser gives up on some malformed declarations: keep what was read before
+    lines = (_SPACES.sub(" ", line).strip() for line in "".join(parser.parts).split("\n"))
+    return _BLANK_LINES.sub("\n\n", "\n".join(lines)).strip()

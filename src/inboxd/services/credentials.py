@@ -28,10 +28,16 @@ from inboxd.model import User
 API_TOKEN_PREFIX = "ibx_"
 MIN_PASSWORD = 6
 _AUTH_KEY = re.compile(r"[0-9a-f]{64}")
+_API_TOKEN = re.compile(r"ibx_[A-Za-z0-9_-]{43}")
 
 
 def new_api_token() -> str:
     return API_TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def is_api_token(value: str) -> bool:
+    """Whether `value` has the shape of an API token: anything else is refused without a lookup."""
+    return len(value) == 47 and _API_TOKEN.fullmatch(value) is not None
 
 
 def hash_token(value: str) -> str:
@@ -91,6 +97,9 @@ def same_secret(a: str, b: str) -> bool:
 class MailboxClaims:
     mailbox_id: str
     password_gen: int
+    # Set on a live inbox's token only: the browser session it was handed to, which must still be
+    # signed in for the token to open the WebSocket (it opens nothing else).
+    session_id: str | None = None
 
 
 class MailboxTokens:
@@ -98,9 +107,17 @@ class MailboxTokens:
     rotation, the old key's tokens stay valid until they expire).
 
     The tokens are JWTs (RFC 7519) with the algorithm pinned to HS256, written with `hmac` rather
-    than PyJWT: the whole of it is a few lines, and PyJWT imports the `cryptography` package into
-    every process for algorithms inboxd never accepts. A header naming any other algorithm
-    (`none` included) is refused; signatures are compared in constant time.
+    than a JOSE library: the whole of it is a few lines, and both PyJWT and joserfc import the
+    `cryptography` package (about 10 MB resident) into every process for algorithms inboxd never
+    accepts. A header naming any other algorithm (`none` included) is refused; signatures are
+    compared in constant time.
+
+    A value is refused by its size and shape before a byte of it is decoded: a header segment
+    holding `[` nested 50,000 deep once made the JSON decoder raise `RecursionError`, a 500.
+
+    A live inbox's token (`issue_live`) also names the browser session it was handed to, with the
+    audience `/api/ws`, and lives minutes: `UserService.authenticate` accepts it on the WebSocket
+    only, and only while that session is signed in.
     """
 
     def __init__(self, keys: Sequence[bytes], *, ttl: float) -> None:
@@ -108,7 +125,20 @@ class MailboxTokens:
         self._ttl = ttl
 
     def issue(self, mailbox_id: str, password_gen: int, *, now: float) -> str:
-        claims = {"sub": mailbox_id, "gen": password_gen, "iat": int(now), "exp": int(now + self._ttl)}
+        return self._sign({"sub": mailbox_id, "gen": password_gen, "iat": int(now), "exp": int(now + self._ttl)})
+
+    def issue_live(self, mailbox_id: str, password_gen: int, *, session_id: str, now: float, ttl: float) -> str:
+        claims = {
+            "sub": mailbox_id,
+            "gen": password_gen,
+            "aud": LIVE_AUDIENCE,
+            "sid": session_id,
+            "iat": int(now),
+            "exp": int(now + ttl),
+        }
+        return self._sign(claims)
+
+    def _sign(self, claims: dict[str, object]) -> str:
         signing_input = f"{_JWT_HEADER}.{_b64encode(_json_encode(claims))}"
         return f"{signing_input}.{_b64encode(_sign(self._keys[0], signing_input))}"
 
@@ -123,26 +153,33 @@ class MailboxTokens:
         gen = claims.get("gen")
         if not isinstance(claims["sub"], str) or not isinstance(gen, int) or isinstance(gen, bool):
             raise Unauthorized("The token is invalid.", code="invalid_token")
-        return MailboxClaims(mailbox_id=claims["sub"], password_gen=gen)
+        session_id = claims.get("sid")
+        audience = claims.get("aud")
+        if audience is None and session_id is None:
+            return MailboxClaims(mailbox_id=claims["sub"], password_gen=gen)
+        if audience != LIVE_AUDIENCE or not isinstance(session_id, str):
+            raise Unauthorized("The token is invalid.", code="invalid_token")
+        return MailboxClaims(mailbox_id=claims["sub"], password_gen=gen, session_id=session_id)
 
     def _verified(self, token: str) -> dict[str, Any] | None:
         """The claims of a well-formed HS256 token signed with one of the keys, else None."""
-        parts = token.split(".")
-        if len(parts) != 3:
+        shape = _JWT_SHAPE.fullmatch(token) if len(token) <= MAX_TOKEN_CHARS else None
+        if shape is None:
             return None
+        head, body, signature = shape.groups()
         try:
-            header = _json_decode(_b64decode(parts[0]))
-            signature = _b64decode(parts[2])
-        except ValueError:
+            header = _json_decode(_b64decode(head))
+        except (ValueError, RecursionError):
             return None
         if not isinstance(header, dict) or header.get("alg") != "HS256" or "crit" in header:
             return None
-        signing_input = f"{parts[0]}.{parts[1]}"
-        if not any(hmac.compare_digest(_sign(key, signing_input), signature) for key in self._keys):
+        signing_input = f"{head}.{body}"
+        expected = _b64decode(signature)
+        if not any(hmac.compare_digest(_sign(key, signing_input), expected) for key in self._keys):
             return None
         try:
-            claims = _json_decode(_b64decode(parts[1]))
-        except ValueError:
+            claims = _json_decode(_b64decode(body))
+        except (ValueError, RecursionError):
             return None
         if not isinstance(claims, dict) or "sub" not in claims:
             return None
@@ -152,11 +189,17 @@ class MailboxTokens:
         return claims
 
 
+# The audience of a live inbox's token: the one path it opens.
+LIVE_AUDIENCE = "/api/ws"
+# Our tokens are about 200 characters (300 for a live one). The header segment is 36 characters
+# (`{"alg":"HS256","typ":"JWT"}`, as PyJWT writes it too), so 128 leaves room for a `kid` while
+# keeping the JSON too short to nest deeply; the signature of HS256 is 32 bytes, 43 characters.
+MAX_TOKEN_CHARS = 1024
+_JWT_SHAPE = re.compile(r"([A-Za-z0-9_-]{4,128})\.([A-Za-z0-9_-]{4,900})\.([A-Za-z0-9_-]{43})")
 _JWT_HEADER = base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT"}').rstrip(b"=").decode("ascii")
 _json_encode = msgspec.json.encode
 _json_decode = msgspec.json.decode
 _TIME_BOUND = 1e15  # seconds; a larger `exp` is not a time (and would not fit a float)
-_B64_ALPHABET = re.compile(r"[A-Za-z0-9_-]*")
 
 
 def _sign(key: bytes, signing_input: str) -> bytes:
@@ -168,7 +211,7 @@ def _b64encode(data: bytes) -> str:
 
 
 def _b64decode(text: str) -> bytes:
-    """Unpadded base64url (RFC 7515), strictly: any other character is an error."""
-    if not _B64_ALPHABET.fullmatch(text) or len(text) % 4 == 1:
+    """Unpadded base64url (RFC 7515); the caller has checked the alphabet."""
+    if len(text) % 4 == 1:
         raise ValueError("not base64url")
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

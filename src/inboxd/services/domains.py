@@ -23,6 +23,7 @@ from inboxd.dns import DnsLookup
 from inboxd.errors import Conflict, DuplicateKey, Forbidden, Gone, InvalidRequest, NotFound
 from inboxd.events import EventBus
 from inboxd.model import CustomDomain, User
+from inboxd.services.limits import Admission
 from inboxd.store import custom_domains as store
 from inboxd.store import users as user_store
 from inboxd.store.db import Database, Tx
@@ -101,9 +102,17 @@ def _within(name: str, parent: str) -> bool:
 
 class DomainService:
     def __init__(
-        self, db: Database, *, settings: Settings, dns: DnsLookup, clock: Callable[[], float], bus: EventBus
+        self,
+        db: Database,
+        *,
+        settings: Settings,
+        dns: DnsLookup,
+        clock: Callable[[], float],
+        bus: EventBus,
+        admission: Admission,
     ) -> None:
         self._db = db
+        self._admission = admission
         self._bus = bus
         self._settings = settings
         self._dns = dns
@@ -169,6 +178,9 @@ class DomainService:
         if _lapsed(domain, self._clock(), self._settings.domain_verify_window):
             await self._db.write(partial(store.delete, domain_id=domain.id))
             raise Gone("The verification window has passed; add the domain again.", code="domain_expired")
+        # A check costs two look-ups at the user's resolver (up to its timeout): one per domain
+        # per few seconds, so a loop of verifies cannot drive a stream of queries through it.
+        await self._admission.admit_domain_check(domain.id)
         txt, mx = self.records(domain)
         # Both look-ups at once: a silent nameserver costs one timeout, not two.
         txt_found, mx_found = await asyncio.gather(self._dns.txt(txt.host), self._dns.mx(mx.host))

@@ -107,19 +107,22 @@ class IngestService:
         local, _, domain = address.rpartition("@")
         if not local or not domain:
             raise MessageRejected(code="bad_recipient")
-        now = self._clock()
-        found = await self._db.read(partial(mailbox_store.recipient, address=address, now=now))
-        if found is None and "+" in local:
-            base = f"{local.split('+', 1)[0]}@{domain}"
-            found = await self._db.read(partial(mailbox_store.recipient, address=base, now=now))
+        found = await self._recipients.fetch(address, partial(self._lookup, address, local, domain))
         if found is None and not self._is_public(domain) and not await self._serves(domain):
             raise MessageRejected(code="relay_denied")
         refusal = "unknown_recipient" if found is None else _refusal(found, declared_size)
         if refusal is not None:
             raise MessageRejected(code=refusal)
         assert found is not None
-        self._recipients.put(address, found)
         return Recipient(mailbox=found.mailbox, plan=found.plan)
+
+    async def _lookup(self, address: str, local: str, domain: str) -> mailbox_store.RecipientRow | None:
+        now = self._clock()
+        found = await self._db.read(partial(mailbox_store.recipient, address=address, now=now))
+        if found is None and "+" in local:
+            base = f"{local.split('+', 1)[0]}@{domain}"
+            found = await self._db.read(partial(mailbox_store.recipient, address=base, now=now))
+        return found
 
     async def _serves(self, domain: str) -> bool:
         custom = await self._db.read(partial(domain_store.get_by_name, domain=domain))

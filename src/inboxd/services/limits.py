@@ -39,8 +39,16 @@ where the spec is silent:
   subscriber is usually given, so that one host cannot get a fresh budget per address.
 - Browser sign-in (starting a provider sign-in, its callback, a sign-in link): a token bucket per
   client IP, `sign_in_rate` per minute, burst the same.
+- Dashboard pages: a token bucket per signed-in user, or per client IP for a signed-out
+  visitor, `web_rps` per second, burst twice that. A form that does what an API call does
+  passes `admit` as that call would (same bucket, creation interval and month count).
+- DNS checks of a custom domain: one per domain per `domain_verify_interval` seconds, in either face.
 - Public domain list: a token bucket per client IP, `public_rps` per second, burst twice that.
   The client IP is the socket peer, or the address a trusted proxy reports (`http/client_address.py`).
+- Held places (open waits): a counted set per key, each place taken with `hold` for at most a
+  lifetime and given back with `let_go`. A hold takes a place in every set it names or in none,
+  atomically, so concurrent requests cannot overshoot a cap; in Redis a place whose process died
+  frees itself when its lifetime ends.
 - Headers on every authenticated answer, success or error: `RateLimit-Limit` (the bucket's size),
   `RateLimit-Remaining` (whole tokens left), `RateLimit-Reset` (whole seconds until the bucket is
   full again; for a bucket of one, until the next request may pass), `X-Ops-Used` (this month's
@@ -56,7 +64,7 @@ import ipaddress
 import logging
 import math
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import Enum
@@ -104,6 +112,14 @@ def client_key(client: str) -> str:
     return str(address)
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Places taken by `hold`, to give back with `let_go`."""
+
+    keys: tuple[str, ...]
+    member: str
+
+
 class Admission(Protocol):
     async def admit(self, user: User, *, creates_mailbox: bool) -> Allowance:
         """Count one operation of `user`, or raise `RateLimited` (429)."""
@@ -139,6 +155,21 @@ class Admission(Protocol):
 
     async def admit_web_sign_in(self, *, client: str) -> None:
         """Count one browser sign-in attempt of a client IP, or raise `RateLimited`."""
+        ...
+
+    async def hold(self, caps: Sequence[tuple[str, int]], *, lifetime: float) -> Held | None:
+        """Take a place in each set `caps` names (key, cap) for at most `lifetime` seconds, or
+        none and answer None when any is full."""
+        ...
+
+    async def let_go(self, held: Held) -> None: ...
+
+    async def admit_page(self, *, caller: str) -> None:
+        """Rate-limit one dashboard request of a signed-in user or a client IP, or raise `RateLimited`."""
+        ...
+
+    async def admit_domain_check(self, domain_id: str) -> None:
+        """Allow one DNS check of a custom domain per `domain_verify_interval`, or raise `RateLimited`."""
         ...
 
     async def start(self) -> None: ...
@@ -238,6 +269,13 @@ class Counters(Protocol):
 
     async def release(self, keys: tuple[str, ...], *, member: str) -> None: ...
     async def clear_failures(self, key: str) -> None: ...
+
+    async def hold(self, caps: tuple[tuple[str, int], ...], *, member: str, now: float, until: float) -> bool:
+        """Add `member` (lasting until `until`) to every set of `caps` if each holds fewer than its
+        cap of unexpired members; else add nothing and answer False."""
+        ...
+
+    async def let_go(self, keys: tuple[str, ...], *, member: str) -> None: ...
     def prune(self, *, now: float, month: str) -> None: ...
     async def close(self) -> None: ...
 
@@ -407,6 +445,32 @@ class Limiter:
         )
         if wait > 0:
             raise RateLimited("Too many sign-in attempts from your address; wait a minute.", retry_after=wait)
+
+    async def hold(self, caps: Sequence[tuple[str, int]], *, lifetime: float) -> Held | None:
+        now = self._clock()
+        member = secrets.token_hex(8)
+        taken = await self._counters.hold(tuple(caps), member=member, now=now, until=now + lifetime)
+        return Held(keys=tuple(key for key, _ in caps), member=member) if taken else None
+
+    async def let_go(self, held: Held) -> None:
+        await self._counters.let_go(held.keys, member=held.member)
+
+    async def admit_page(self, *, caller: str) -> None:
+        rate = self._settings.web_rps
+        wait = await self._counters.hit(f"web:{caller}", now=self._clock(), rate=rate, burst=max(1.0, 2 * rate))
+        if wait > 0:
+            raise RateLimited("Too many requests; wait a moment and reload.", retry_after=wait)
+
+    async def admit_domain_check(self, domain_id: str) -> None:
+        interval = self._settings.domain_verify_interval
+        if interval <= 0:
+            return
+        wait = await self._counters.hit(f"dnscheck:{domain_id}", now=self._clock(), rate=1.0 / interval, burst=1.0)
+        if wait > 0:
+            raise RateLimited(
+                f"This domain's DNS records were checked moments ago; check again in {math.ceil(wait)} s.",
+                retry_after=wait,
+            )
 
     async def start(self) -> None:
         self._stopping.clear()

@@ -36,6 +36,8 @@ class MemoryCounters:
         self._created: dict[str, tuple[float, float]] = {}  # user id → (last admitted creation, interval)
         self._ops: dict[tuple[str, str], int] = {}  # (user id, month) → count
         self._failures: dict[str, tuple[deque[tuple[float, str]], float]] = {}  # key → ((time, member)…, window)
+        # key → members holding a place; one process gives back every place it takes, so no expiry.
+        self._held: dict[str, set[str]] = {}
 
     def _bucket(self, key: str, *, now: float, rate: float, burst: float) -> _Bucket:
         bucket = self._buckets.get(key)
@@ -129,6 +131,21 @@ class MemoryCounters:
 
     async def clear_failures(self, key: str) -> None:
         self._failures.pop(key, None)
+
+    async def hold(self, caps: tuple[tuple[str, int], ...], *, member: str, now: float, until: float) -> bool:
+        if any(len(self._held.get(key, ())) >= cap for key, cap in caps):
+            return False
+        for key, _ in caps:
+            self._held.setdefault(key, set()).add(member)
+        return True
+
+    async def let_go(self, keys: tuple[str, ...], *, member: str) -> None:
+        for key in keys:
+            members = self._held.get(key)
+            if members is not None:
+                members.discard(member)
+                if not members:
+                    del self._held[key]
 
     def prune(self, *, now: float, month: str) -> None:
         # The ledger holds what is not yet written, so a dropped month count is re-read if needed.

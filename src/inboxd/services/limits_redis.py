@@ -12,6 +12,7 @@ Keys, under `settings.redis_prefix` (the user id in braces keeps one user's keys
     limits:{<user>}:ops:<YYYY-MM> the month's operations (INCR)
     limits:public:<client>        hash, per-client bucket of the public paths
     limits:login:<realm>:pair|client|addr:<key>  sorted sets of failed sign-in times
+    limits:wait:{<user>}:…        sorted set of held places (open waits), scored by their expiry
 
 The month counter is seeded from the database when missing (a new month, or Redis restarted): the
 script answers "seed" without changing anything, the limiter reads `ops_usage` plus what this
@@ -168,6 +169,20 @@ end
 return '0'
 """
 
+# KEYS: held sets. ARGV: now, until, member, ttl, then each set's cap. Drops expired places, then
+# adds the member (scored with its expiry) to every set when none is full: 1; else nothing: 0.
+HOLD = """
+for i, key in ipairs(KEYS) do
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', ARGV[1])
+  if redis.call('ZCARD', key) >= tonumber(ARGV[4 + i]) then return 0 end
+end
+for _, key in ipairs(KEYS) do
+  redis.call('ZADD', key, ARGV[2], ARGV[3])
+  redis.call('EXPIRE', key, ARGV[4])
+end
+return 1
+"""
+
 # KEYS: created. ARGV: the stamp a take set. Forgets it only if no later take replaced it.
 RELEASE_CREATION = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
@@ -184,6 +199,7 @@ class RedisCounters:
         self._reserve = client.register_script(RESERVE)
         self._release_creation = client.register_script(RELEASE_CREATION)
         self._count = client.register_script(COUNT)
+        self._hold = client.register_script(HOLD)
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str) -> RedisCounters:
@@ -256,6 +272,20 @@ class RedisCounters:
     async def clear_failures(self, key: str) -> None:
         with _unavailable():
             await self._redis.delete(self._prefix + key)
+
+    async def hold(self, caps: tuple[tuple[str, int], ...], *, member: str, now: float, until: float) -> bool:
+        names = [self._prefix + key for key, _ in caps]
+        args: list[Any] = [repr(now), repr(until), member, math.ceil(until - now) + 60, *(cap for _, cap in caps)]
+        with _unavailable():
+            taken = await self._hold(keys=names, args=args)
+        return bool(int(taken))
+
+    async def let_go(self, keys: tuple[str, ...], *, member: str) -> None:
+        with _unavailable():
+            async with self._redis.pipeline(transaction=True) as pipe:
+                for key in keys:
+                    pipe.zrem(self._prefix + key, member)
+                await pipe.execute()
 
     def prune(self, *, now: float, month: str) -> None:
         return None  # Redis expiry collects idle keys.

@@ -32,6 +32,7 @@ from inboxd.services.credentials import (
     check_active,
     check_secret,
     hash_auth_key,
+    require_pro,
     same_secret,
 )
 from inboxd.store import custom_domains as domain_store
@@ -128,10 +129,15 @@ class MailboxService:
         domain_id = await self._allowed_domain(user, domain)
         if await self._db.read(partial(store.get_by_address, address=address)) is not None:
             raise Conflict("That address is taken.", code="address_taken")
+        cap = self._settings.pro_max_mailboxes if user.is_pro else self._settings.free_max_mailboxes
+        # Checked before the creation interval and the key derivation (an Argon2id hash), so a
+        # user at the cap learns it at once and cannot spend the server's CPU on creations that
+        # must fail; checked again under the lock below against concurrent creations.
+        if await self._db.read(partial(store.count_for_user, user_id=user.id)) >= cap:
+            raise _at_cap(cap)
         if admit is not None:
             await admit()
         key = await auth_key_from(address, password=password, auth_key=auth_key)
-        cap = self._settings.pro_max_mailboxes if user.is_pro else self._settings.free_max_mailboxes
         quota = self._settings.pro_mailbox_quota if user.is_pro else self._settings.free_mailbox_quota
         mailbox = Mailbox(
             id=str(uuid.uuid4()),
@@ -149,7 +155,7 @@ class MailboxService:
             # Several processes may create for one user at once: count under the user's row lock.
             await user_store.lock_user(tx, user.id)
             if await store.count_for_user(tx, user.id) >= cap:
-                raise Forbidden(f"This plan allows {cap} mailboxes.", code="account_limit_reached")
+                raise _at_cap(cap)
             if await store.get_by_address(tx, address) is not None:
                 raise Conflict("That address is taken.", code="address_taken")
             await store.insert(tx, mailbox, hash_auth_key(key))
@@ -170,7 +176,13 @@ class MailboxService:
         return names
 
     async def create_in_dashboard(
-        self, user: User, *, local: str, domain: str, password: str
+        self,
+        user: User,
+        *,
+        local: str,
+        domain: str,
+        password: str,
+        admit: Callable[[], Awaitable[None]] | None = None,
     ) -> tuple[CreatedMailbox, str | None]:
         """A mailbox made in the browser: owned by the user (no API token made it), with a random
         local part and password when left empty. Returns the generated password, shown once."""
@@ -178,7 +190,7 @@ class MailboxService:
         generated = None if password else secrets.token_urlsafe(12)
         principal = Principal(user=user, session=True)
         created = await self.create(
-            principal, f"{local}@{domain.strip()}", password=password or generated, auth_key=None
+            principal, f"{local}@{domain.strip()}", password=password or generated, auth_key=None, admit=admit
         )
         return created, generated
 
@@ -213,6 +225,8 @@ class MailboxService:
                 mailbox = None
             if mailbox is None or not _reaches(principal, mailbox, scope):
                 raise NotFound("No such mailbox.")
+            if mailbox.kind == "sandbox":
+                require_pro(principal.user)  # as /api/user/sandbox: a downgraded user keeps it, closed
             return await work(tx, mailbox)
 
         return await self._db.read(read)
@@ -228,10 +242,18 @@ class MailboxService:
         )
         return [replace(m, used=max(0, m.used - due[m.id])) if m.id in due else m for m in mailboxes]
 
-    async def live_token(self, principal: Principal, ref: str) -> str:
-        """A mailbox token for the owner's browser to follow the mailbox over the WebSocket."""
+    async def live_token(self, principal: Principal, ref: str, *, session_id: str) -> str:
+        """A token for the owner's browser to follow the mailbox over the WebSocket: it opens that
+        mailbox's `/api/ws` only (not REST), for `live_token_ttl` seconds, while the browser session
+        `session_id` is signed in (the page asks for a new one at each connection)."""
         mailbox = await self.find(principal, ref, scope="user")
-        return self._tokens.issue(mailbox.id, mailbox.password_gen, now=self._clock())
+        return self._tokens.issue_live(
+            mailbox.id,
+            mailbox.password_gen,
+            session_id=session_id,
+            now=self._clock(),
+            ttl=self._settings.live_token_ttl,
+        )
 
     async def password_gens(self, mailbox_ids: list[str]) -> dict[str, int]:
         """The current password generation of each mailbox that still exists."""
@@ -252,7 +274,7 @@ class MailboxService:
 
     async def delete(self, principal: Principal, ref: str, *, scope: Scope = "token") -> None:
         mailbox = await self.find(principal, ref, scope=scope)
-        if await self._db.read(partial(store.is_sandbox, mailbox_id=mailbox.id)):
+        if mailbox.kind == "sandbox":
             # The SMTP sandbox lives as long as its user; its messages are purged through /api/user/sandbox.
             raise NotFound("No such mailbox.")
         await self._db.write(partial(store.delete, mailbox_id=mailbox.id))
@@ -269,6 +291,10 @@ class MailboxService:
         scope: Scope = "token",
     ) -> None:
         mailbox = await self.find(principal, ref, scope=scope)
+        if mailbox.kind == "sandbox":
+            # The sandbox has no password: API tokens open it (SMTP AUTH, /api/user/sandbox), so
+            # that it stays closed to whoever is not Pro; a password would open it to POST /api/token.
+            raise Forbidden("The SMTP sandbox has no password; it is reached with your API tokens.")
         key = await auth_key_from(mailbox.address, password=password, auth_key=auth_key)
         auth_hash = hash_auth_key(key)
 
@@ -291,7 +317,8 @@ class MailboxService:
                 raise failure from exc
             raise
         found = await self._db.read(partial(store.get_auth, address=address))
-        if found is None or not same_secret(found[1], hash_auth_key(key)):
+        # A sandbox is never opened by a password (one set before this rule held included).
+        if found is None or not same_secret(found[1], hash_auth_key(key)) or found[0].kind == "sandbox":
             raise failure
         mailbox = found[0]
         # The right secret, but a token of a suspended owner would be refused on first use.
@@ -299,6 +326,10 @@ class MailboxService:
         if owner is not None:
             check_active(owner)
         return mailbox, self._tokens.issue(mailbox.id, mailbox.password_gen, now=self._clock())
+
+
+def _at_cap(cap: int) -> Forbidden:
+    return Forbidden(f"This plan allows {cap} mailboxes.", code="account_limit_reached")
 
 
 def _encode_cursor(last: Mailbox) -> str:

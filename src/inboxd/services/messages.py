@@ -12,7 +12,7 @@ from functools import partial
 
 import msgspec
 
-from inboxd.errors import Gone, InvalidRequest, NotFound
+from inboxd.errors import FilterTooBroad, Gone, InvalidRequest, NotFound
 from inboxd.mail import html_view
 from inboxd.mail.codes import find_codes, find_links
 from inboxd.mail.parse import AttachmentPart, attachment_parts, parse_message
@@ -127,9 +127,11 @@ def _live(summary: MessageSummary | None, now: float) -> MessageSummary:
 
 
 class MessageService:
-    def __init__(self, db: Database, *, clock: Callable[[], float]) -> None:
+    def __init__(self, db: Database, *, clock: Callable[[], float], scan_rows: int = 0) -> None:
         self._db = db
         self._clock = clock
+        # What a row-reading filter may read of a mailbox (`INBOXD_FILTER_SCAN_ROWS`; 0: no bound).
+        self._scan_rows = scan_rows
         self._parts = _PartIndex(PART_INDEX_PARTS)
 
     async def page(self, mailbox: Mailbox, page: int, flt: MessageFilter = NO_FILTER) -> list[MessageSummary]:
@@ -143,15 +145,20 @@ class MessageService:
         now = self._clock()
 
         async def read(tx: Tx, mailbox: Mailbox) -> list[MessageSummary]:
-            return await store.page(tx, mailbox.id, page=page, now=now, flt=flt)
+            return await store.page(tx, mailbox.id, page=page, now=now, flt=flt, scan_rows=self._scan_rows)
 
         return read
 
     async def newest(self, mailbox: Mailbox, flt: MessageFilter) -> MessageSummary | None:
-        """The newest live message of the mailbox that `flt` keeps."""
-        found = await self._db.read(
-            partial(store.page, mailbox_id=mailbox.id, page=1, now=self._clock(), flt=flt, size=1)
+        """The newest live message of the mailbox that `flt` keeps, among those a row-reading filter
+        may read: a wait looks for new mail, which is always among them."""
+        read = partial(
+            store.page, mailbox_id=mailbox.id, page=1, now=self._clock(), flt=flt, size=1, scan_rows=self._scan_rows
         )
+        try:
+            found = await self._db.read(read)
+        except FilterTooBroad:
+            return None
         return found[0] if found else None
 
     async def _live(self, mailbox: Mailbox, message_id: str) -> MessageSummary:

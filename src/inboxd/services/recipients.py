@@ -16,11 +16,15 @@ What keeps an acceptance true:
   across processes) drops its whole cache: such changes are rare next to mail;
 - what the bus cannot carry (another process's deliveries, changes made by the `inboxd` CLI or by
   a process without a shared bus) is seen once the entry is that old.
+
+A `changed` that lands while a lookup is in flight must not be undone by that lookup's answer,
+read before the change: `clear` moves a generation counter on, and `fetch` keeps an answer only
+if the generation it started in is still current.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from inboxd.store.mailboxes import RecipientRow
 
@@ -47,6 +51,7 @@ class RecipientCache:
         # kept once per mailbox, so a delivery's charge reaches every address that names it.
         self._ids: dict[str, str] = {}
         self._rows: dict[str, _Entry] = {}
+        self._generation = 0
 
     def get(self, address: str) -> tuple[RecipientRow, int] | None:
         """The row cached for `address` (normalized) if younger than the TTL, and the mailbox's
@@ -59,13 +64,19 @@ class RecipientCache:
             return None
         return entry.row, entry.used
 
-    def put(self, address: str, row: RecipientRow) -> None:
-        if self._ttl <= 0:
-            return
-        if len(self._ids) >= self._limit:
-            self.clear()
-        self._ids[address] = row.mailbox.id
-        self._rows[row.mailbox.id] = _Entry(row, self._clock())
+    async def fetch(self, address: str, lookup: Callable[[], Awaitable[RecipientRow | None]]) -> RecipientRow | None:
+        """`lookup()`'s row for `address`, kept unless the cache was cleared while it ran. A row
+        that would be refused is kept too: `get`'s callers look such a row up again."""
+        generation = self._generation
+        fetched = self._clock()
+        row = await lookup()
+        if row is not None and generation == self._generation and self._ttl > 0:
+            if len(self._ids) >= self._limit:
+                self._ids.clear()  # starting over forgets, but voids no lookup in flight
+                self._rows.clear()
+            self._ids[address] = row.mailbox.id
+            self._rows[row.mailbox.id] = _Entry(row, fetched)
+        return row
 
     def charge(self, mailbox_id: str, size: int) -> None:
         """A delivery of `size` bytes to the mailbox committed in this process."""
@@ -74,5 +85,7 @@ class RecipientCache:
             entry.used += size
 
     def clear(self) -> None:
+        """Something the cache may hold changed: forget it all, and any lookup in flight."""
         self._ids.clear()
         self._rows.clear()
+        self._generation += 1

@@ -14,6 +14,7 @@ expire (the retention of the plan they arrived under).
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import string
 import uuid
@@ -34,10 +35,9 @@ from inboxd.model import (
     SandboxMessage,
     User,
 )
-from inboxd.services.credentials import API_TOKEN_PREFIX, MailboxTokens, hash_token, require_pro
+from inboxd.services.credentials import API_TOKEN_PREFIX, MailboxTokens, hash_token, is_api_token, require_pro
 from inboxd.services.ingest import Recipient
 from inboxd.services.messages import MessageService
-from inboxd.store import mailboxes as mailbox_store
 from inboxd.store import sandboxes as store
 from inboxd.store import users as user_store
 from inboxd.store.db import Database, Tx
@@ -46,6 +46,7 @@ USERNAME_PREFIX = "sbx_"
 ADDRESS_DOMAIN = "sandbox.invalid"
 AUTH_METHOD = "api_token"
 _ALPHABET = string.ascii_lowercase + string.digits
+_USERNAME = re.compile(USERNAME_PREFIX + "[a-z0-9]{12}")
 TOKEN_PLACEHOLDER = "<an API token of your account>"
 
 
@@ -141,6 +142,7 @@ class SandboxService:
             used=0,
             password_gen=0,
             created_at=self._clock(),
+            kind="sandbox",
         )
         # No password opens it: the mailbox sign-in hashes what it is given, never this.
         unusable = hashlib.sha256(secrets.token_bytes(32)).hexdigest() + "!"
@@ -191,8 +193,13 @@ class SandboxService:
         """Check SMTP credentials. Every failure is the same `Unauthorized`, whichever part was wrong;
         a right pair of a free user is `Forbidden` (`pro_required`)."""
         failure = Unauthorized("Authentication credentials invalid.", code="invalid_token")
-        token_hash = hash_token(password) if password.startswith(API_TOKEN_PREFIX) else self._decoy
-        found = await self._db.read(partial(_credentials, username=username.strip().lower(), token_hash=token_hash))
+        # A value that cannot be one is looked up as a decoy: it costs what a wrong one does, and
+        # never reaches the database as typed (PostgreSQL refuses a NUL in text: 451, not 535).
+        name = username.strip().lower()
+        if not _USERNAME.fullmatch(name):
+            name = USERNAME_PREFIX  # no sandbox's
+        token_hash = hash_token(password) if is_api_token(password) else self._decoy
+        found = await self._db.read(partial(_credentials, username=name, token_hash=token_hash))
         if found is None:
             raise failure
         user, sandbox = found
@@ -220,7 +227,7 @@ class SandboxService:
 
     async def is_sandbox(self, mailbox: Mailbox) -> bool:
         """Whether this mailbox is a sandbox (its messages then have envelope recipients)."""
-        return await self._db.read(partial(mailbox_store.is_sandbox, mailbox_id=mailbox.id))
+        return mailbox.kind == "sandbox"
 
     async def _mailbox(self, user: User) -> Mailbox:
         require_pro(user)
@@ -230,7 +237,15 @@ class SandboxService:
         if page < 1:
             raise InvalidRequest("`page` must be an integer of at least 1.")
         mailbox = await self._mailbox(user)
-        return await self._db.read(partial(store.page, mailbox_id=mailbox.id, page=page, now=self._clock(), flt=flt))
+        read = partial(
+            store.page,
+            mailbox_id=mailbox.id,
+            page=page,
+            now=self._clock(),
+            flt=flt,
+            scan_rows=self._settings.filter_scan_rows,
+        )
+        return await self._db.read(read)
 
     async def mailbox(self, user: User) -> Mailbox:
         """The sandbox's mailbox (made on first use): what a wait listens on."""

@@ -8,24 +8,30 @@ its first cost no database read for authentication. Revoking a token, resetting 
 mailbox and changing a user announce `changed` on the event bus after commit, and every process
 sharing the bus (Redis across processes) forgets what it kept: the next request is refused. A
 change the bus does not carry (the `inboxd` CLI, several processes without Redis) takes effect
-once the entry is `AUTH_TTL` seconds old.
+once the entry is `AUTH_TTL` seconds old. The cache keeps a generation counter, so a lookup in
+flight when `changed` arrives (its answer read before the change) is never kept.
+
+A live inbox's token (the dashboard hands it to the page's script) opens `/api/ws` only, and only
+while the browser session it was handed to is signed in: it is looked up every time, never kept.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
-from inboxd.errors import Conflict, DuplicateKey, InvalidRequest, NotFound, Unauthorized
+from inboxd.errors import Conflict, DuplicateKey, Forbidden, InvalidRequest, NotFound, Unauthorized
 from inboxd.events import EventBus
 from inboxd.model import ApiToken, Principal, User
 from inboxd.services.credentials import (
     API_TOKEN_PREFIX,
+    MailboxClaims,
     MailboxTokens,
     check_active,
     hash_token,
+    is_api_token,
     new_api_token,
 )
 from inboxd.store import mailboxes as mailbox_store
@@ -47,15 +53,53 @@ class NewToken:
     value: str
 
 
+class CredentialCache:
+    """Who a bearer key names, kept `ttl` seconds; only what authenticated is kept.
+
+    `clear` (a `changed` announcement) also moves the generation on, and a lookup keeps its answer
+    only if the generation it started in is still current: a lookup in flight across a change
+    read the world before it, and keeping that answer would bring back what the change ended (a
+    reset mailbox's old token, a revoked API token) for `ttl` seconds.
+    """
+
+    def __init__(self, *, ttl: float = AUTH_TTL, limit: int = AUTH_LIMIT) -> None:
+        self._ttl = ttl
+        self._limit = limit
+        self._entries: dict[str, tuple[Principal, float]] = {}
+        self._generation = 0
+
+    def get(self, key: str, now: float) -> Principal | None:
+        entry = self._entries.get(key)
+        if entry is None or now - entry[1] >= self._ttl:
+            return None
+        return entry[0]
+
+    async def fetch(self, key: str, lookup: Callable[[], Awaitable[Principal]], *, now: float) -> Principal:
+        """`lookup()`'s principal (it raises to refuse), kept for `key` unless the cache was
+        cleared while it ran."""
+        generation = self._generation
+        principal = await lookup()
+        if generation == self._generation:
+            if len(self._entries) >= self._limit:
+                self._entries.clear()  # starting over forgets, but voids no lookup in flight
+            self._entries[key] = (principal, now)
+        return principal
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._generation += 1
+
+
 class UserService:
-    def __init__(self, db: Database, *, clock: Callable[[], float], bus: EventBus) -> None:
+    def __init__(self, db: Database, *, clock: Callable[[], float], bus: EventBus, max_tokens: int = 100) -> None:
         self._db = db
+        self._max_tokens = max_tokens
         self._clock = clock
         self._bus = bus
         self._last_used: dict[str, float] = {}
         # Bearer key (an API token's hash, or a mailbox token's mailbox and generation) → who it
         # names and when that was read.
-        self._known: dict[str, tuple[Principal, float]] = {}
+        self._known = CredentialCache()
         bus.on_changed(self._known.clear)
 
     async def create_user(self, email: str, *, plan: str = "free", role: str = "user") -> User:
@@ -137,7 +181,19 @@ class UserService:
             revoked_at=None,
             prefix=value[: len(API_TOKEN_PREFIX) + 4],
         )
-        await self._db.write(partial(store.insert_token, token=token, token_hash=hash_token(value)))
+        cap = self._max_tokens
+
+        async def insert(tx: Tx) -> None:
+            # Counted under the user's row lock, so concurrent creations cannot pass the cap together.
+            await store.lock_user(tx, user.id)
+            if await store.count_active_tokens(tx, user.id) >= cap:
+                raise Forbidden(
+                    f"This account has {cap} API tokens, the most it may hold; revoke one before creating another.",
+                    code="token_limit_reached",
+                )
+            await store.insert_token(tx, token, hash_token(value))
+
+        await self._db.write(insert)
         return NewToken(token=token, value=value)
 
     async def list_tokens(self, user: User) -> list[ApiToken]:
@@ -153,43 +209,33 @@ class UserService:
             raise NotFound("No such token.")
         await self._bus.changed()
 
-    async def authenticate(self, bearer: str, mailbox_tokens: MailboxTokens) -> Principal:
-        """Resolve a bearer value to who is calling; raises 401 errors as the spec names them."""
+    async def authenticate(self, bearer: str, mailbox_tokens: MailboxTokens, *, websocket: bool = False) -> Principal:
+        """Resolve a bearer value to who is calling; raises 401 errors as the spec names them.
+
+        websocket: the value came in `/api/ws`'s auth message, where a live inbox's token is valid.
+        """
         now = self._clock()
         if bearer.startswith(API_TOKEN_PREFIX):
+            if not is_api_token(bearer):
+                raise Unauthorized("The API token is invalid or revoked.", code="invalid_token")
             key = hash_token(bearer)
-            principal = self._kept(key, now)
+            principal = self._known.get(key, now)
             if principal is None:
-                found = await self._db.read(partial(store.token_with_user, token_hash=key))
-                if found is None or found[0].revoked_at is not None:
-                    raise Unauthorized("The API token is invalid or revoked.", code="invalid_token")
-                token, user = found
-                check_active(user)
-                principal = self._keep(key, Principal(user=user, token_id=token.id), now)
+                lookup = partial(self._db.read, partial(_token_principal, token_hash=key))
+                principal = await self._known.fetch(key, lookup, now=now)
             assert principal.token_id is not None
             self._last_used[principal.token_id] = now
             return principal
         claims = mailbox_tokens.check(bearer, now=now)
+        if claims.session_id is not None:
+            if not websocket:
+                raise Unauthorized("This token opens the live inbox's WebSocket only.", code="invalid_token")
+            return await self._db.read(partial(_live_principal, claims=claims, now=now))
         key = f"{claims.mailbox_id}:{claims.password_gen}"
-        principal = self._kept(key, now)
+        principal = self._known.get(key, now)
         if principal is None:
-            named = await self._db.read(
-                partial(_mailbox_principal, claims_id=claims.mailbox_id, gen=claims.password_gen)
-            )
-            principal = self._keep(key, named, now)
-        return principal
-
-    def _kept(self, key: str, now: float) -> Principal | None:
-        entry = self._known.get(key)
-        if entry is None or now - entry[1] >= AUTH_TTL:
-            return None
-        return entry[0]
-
-    def _keep(self, key: str, principal: Principal, now: float) -> Principal:
-        """Only what authenticated is kept: a refused value is looked up again every time."""
-        if len(self._known) >= AUTH_LIMIT:
-            self._known.clear()
-        self._known[key] = (principal, now)
+            read = partial(_mailbox_principal, claims_id=claims.mailbox_id, gen=claims.password_gen)
+            principal = await self._known.fetch(key, partial(self._db.read, read), now=now)
         return principal
 
     async def flush_last_used(self) -> None:
@@ -202,6 +248,25 @@ class UserService:
             for token_id, ts in pending.items():
                 self._last_used[token_id] = max(ts, self._last_used.get(token_id, 0.0))
             raise
+
+
+async def _token_principal(tx: Tx, *, token_hash: str) -> Principal:
+    found = await store.token_with_user(tx, token_hash=token_hash)
+    if found is None or found[0].revoked_at is not None:
+        raise Unauthorized("The API token is invalid or revoked.", code="invalid_token")
+    token, user = found
+    check_active(user)
+    return Principal(user=user, token_id=token.id)
+
+
+async def _live_principal(tx: Tx, *, claims: MailboxClaims, now: float) -> Principal:
+    """A live inbox's token: a mailbox token whose browser session must still be signed in."""
+    assert claims.session_id is not None
+    principal = await _mailbox_principal(tx, claims_id=claims.mailbox_id, gen=claims.password_gen)
+    session = await session_store.get(tx, claims.session_id)
+    if session is None or session.expires_at <= now or session.user is None or session.user.id != principal.user.id:
+        raise Unauthorized("The browser session this token was given to has ended.", code="invalid_or_expired_token")
+    return principal
 
 
 async def _mailbox_principal(tx: Tx, *, claims_id: str, gen: int) -> Principal:

@@ -46,6 +46,19 @@ async def touch(tx: Tx, provider: str, subject: str, *, email: str, now: float) 
     )
 
 
+async def delete(tx: Tx, *, provider: str, subject: str, user_id: str) -> int:
+    return await tx.execute(
+        "DELETE FROM identities WHERE provider = ? AND subject = ? AND user_id = ?", provider, subject, user_id
+    )
+
+
+async def lock_user(tx: Tx, user_id: str) -> None:
+    """Hold the user's row until the unit of work ends, so two changes to their identities from two
+    processes run one after the other (within a process, writes already run one at a time)."""
+    if tx.dialect == "postgresql":
+        await tx.fetchval("SELECT id FROM users WHERE id = ? FOR UPDATE", user_id)
+
+
 async def for_user(tx: Tx, user_id: str) -> list[Identity]:
     rows = await tx.fetch(f"SELECT {_COLUMNS} FROM identities WHERE user_id = ? ORDER BY created_at", user_id)
     return [_identity_from(r) for r in rows]

@@ -11,7 +11,7 @@ from inboxd.store import search
 from inboxd.store.db import Row, Tx
 from inboxd.store.messages import release_sources
 
-COLUMNS = "id, user_id, token_id, address, domain_id, quota, used, password_gen, created_at"
+COLUMNS = "id, user_id, token_id, address, domain_id, quota, used, password_gen, created_at, kind"
 
 
 def mailbox_from(row: Row) -> Mailbox:
@@ -25,12 +25,13 @@ def mailbox_from(row: Row) -> Mailbox:
         used=row["used"],
         password_gen=row["password_gen"],
         created_at=row["created_at"],
+        kind=row["kind"],
     )
 
 
-async def insert(tx: Tx, mailbox: Mailbox, auth_hash: str, *, kind: str = "mailbox") -> None:
+async def insert(tx: Tx, mailbox: Mailbox, auth_hash: str) -> None:
     await tx.execute(
-        f"INSERT INTO mailboxes ({COLUMNS}, auth_hash, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT INTO mailboxes ({COLUMNS}, auth_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         mailbox.id,
         mailbox.user_id,
         mailbox.token_id,
@@ -40,8 +41,8 @@ async def insert(tx: Tx, mailbox: Mailbox, auth_hash: str, *, kind: str = "mailb
         mailbox.used,
         mailbox.password_gen,
         mailbox.created_at,
+        mailbox.kind,
         auth_hash,
-        kind,
     )
 
 
@@ -93,11 +94,6 @@ async def list_for_user(tx: Tx, user_id: str, *, limit: int, before: tuple[float
     return [mailbox_from(r) for r in rows]
 
 
-async def is_sandbox(tx: Tx, mailbox_id: str) -> bool:
-    kind = await tx.fetchval("SELECT kind FROM mailboxes WHERE id = ?", mailbox_id)
-    return bool(kind == "sandbox")
-
-
 async def delete(tx: Tx, mailbox_id: str) -> None:
     """Permanent: the mailbox and every message of it, with bodies and parses."""
     # Copies not yet deleted let go of their sources; a source shared with another mailbox stays.
@@ -134,7 +130,7 @@ async def recipient(tx: Tx, address: str, *, now: float) -> RecipientRow | None:
     out count as free (ix_messages_due)."""
     row = await tx.fetchrow(
         "SELECT m.id, m.user_id, m.token_id, m.address, m.domain_id, m.quota, m.used, m.password_gen, "
-        "m.created_at, u.plan, u.status AS user_status, d.verify_status, "
+        "m.created_at, m.kind, u.plan, u.status AS user_status, d.verify_status, "
         f"(SELECT COALESCE(SUM(x.size), 0) FROM messages x WHERE x.mailbox_id = m.id AND {message_store.DUE}) AS due "
         "FROM mailboxes m JOIN users u ON u.id = m.user_id "
         "LEFT JOIN custom_domains d ON d.id = m.domain_id WHERE m.address = ? AND m.kind = 'mailbox'",

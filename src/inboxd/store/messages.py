@@ -143,9 +143,17 @@ async def charge(tx: Tx, mailbox_id: str, size: int) -> bool:
 
 
 async def page(
-    tx: Tx, mailbox_id: str, *, page: int, now: float, flt: MessageFilter = NO_FILTER, size: int = PAGE_SIZE
+    tx: Tx,
+    mailbox_id: str,
+    *,
+    page: int,
+    now: float,
+    flt: MessageFilter = NO_FILTER,
+    size: int = PAGE_SIZE,
+    scan_rows: int = 0,
 ) -> list[MessageSummary]:
-    q = await search.query(tx, mailbox_id, flt)
+    """A page of the filtered list; `scan_rows` bounds what a row-reading filter reads (store/search.py)."""
+    q = await search.query(tx, mailbox_id, flt, scan_rows=scan_rows)
     where = " AND ".join([*q.where, "m.mailbox_id = ?", "m.deleted = 0", "m.expires_at > ?"])
     columns = ", ".join(f"m.{c}" for c in COLUMNS.split(", "))
     rows = await tx.fetch(
@@ -155,6 +163,7 @@ async def page(
         now,
         (page - 1) * size,
     )
+    await search.check_bound(tx, mailbox_id, flt, q, found=len(rows), size=size)
     return [summary_from(r) for r in rows]
 
 

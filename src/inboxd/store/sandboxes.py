@@ -42,7 +42,7 @@ async def by_username(tx: Tx, username: str) -> Sandbox | None:
 
 
 async def insert(tx: Tx, *, user_id: str, username: str, mailbox: Mailbox, auth_hash: str) -> None:
-    await mailbox_store.insert(tx, mailbox, auth_hash, kind="sandbox")
+    await mailbox_store.insert(tx, mailbox, auth_hash)
     await tx.execute(
         "INSERT INTO sandboxes (user_id, username, mailbox_id, created_at) VALUES (?, ?, ?, ?)",
         user_id,
@@ -61,9 +61,9 @@ _COLUMN_LIST = MESSAGE_COLUMNS.split(",")
 
 
 async def page(
-    tx: Tx, mailbox_id: str, *, page: int, now: float, flt: MessageFilter = NO_FILTER
+    tx: Tx, mailbox_id: str, *, page: int, now: float, flt: MessageFilter = NO_FILTER, scan_rows: int = 0
 ) -> list[SandboxMessage]:
-    q = await search.query(tx, mailbox_id, flt)
+    q = await search.query(tx, mailbox_id, flt, scan_rows=scan_rows)
     where = " AND ".join([*q.where, "m.mailbox_id = ?", "m.deleted = 0", "m.expires_at > ?"])
     columns = ", ".join(f"m.{c.strip()}" for c in _COLUMN_LIST)
     rows = await tx.fetch(
@@ -73,6 +73,7 @@ async def page(
         now,
         (page - 1) * PAGE_SIZE,
     )
+    await search.check_bound(tx, mailbox_id, flt, q, found=len(rows), size=PAGE_SIZE)
     return [_message(r) for r in rows]
 
 

@@ -6,6 +6,12 @@ with a GIN index on PostgreSQL, and in the FTS5 table `message_fts` (rowid = `do
 SQLite. Words are cut in Python (`services/filters.py`) and stored as they are, so neither
 database's own parser decides what a word is.
 
+Filters that read each row (`from`, `to`, `subject`, `unread`, `has_attachments`: substrings,
+folded in Python for non-ASCII on SQLite, no index answers them) read at most the newest
+`scan_rows` messages of the mailbox within `since`/`until`: `query` finds the oldest of those
+once, by the list index, and bounds the read by it; a page it leaves short while older messages
+exist raises `FilterTooBroad` (`check_bound`) rather than answer as if nothing more matched.
+
 A message is indexed once (`messages.indexed` goes 0 → 1 in the same transaction that writes
 its row); deleting or purging a message takes its row out of the index.
 """
@@ -16,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from inboxd.errors import FilterTooBroad
 from inboxd.model import MessageFilter, Term
 from inboxd.store.db import Tx
 
@@ -98,18 +105,81 @@ class Query:
     where: list[str]
     args: list[Any]
     order: str
+    # `created_at` of the oldest message a row-reading filter may read; None: no bound applies.
+    floor: float | None = None
 
 
-async def query(tx: Tx, mailbox_id: str, flt: MessageFilter) -> Query:
+def reads_rows(flt: MessageFilter) -> bool:
+    """Whether `flt` tests each candidate row with what no index answers."""
+    return bool(flt.from_ or flt.to or flt.subject or flt.unread is not None or flt.has_attachments is not None)
+
+
+def _range(flt: MessageFilter) -> tuple[str, list[float]]:
+    """`since`/`until` on `messages` (no alias), which the list index answers."""
+    sql = ""
+    args: list[float] = []
+    if flt.since is not None:
+        sql += " AND created_at >= ?"
+        args.append(flt.since)
+    if flt.until is not None:
+        sql += " AND created_at < ?"
+        args.append(flt.until)
+    return sql, args
+
+
+async def _scan_floor(tx: Tx, mailbox_id: str, flt: MessageFilter, scan_rows: int) -> float | None:
+    """`created_at` of the `scan_rows`-th newest message in the filter's time range; None when
+    there are fewer (then every one may be read)."""
+    if scan_rows <= 0 or not reads_rows(flt):
+        return None
+    extra, args = _range(flt)
+    value = await tx.fetchval(
+        f"SELECT created_at FROM messages WHERE mailbox_id = ? AND deleted = 0{extra} "
+        f"ORDER BY created_at DESC, id DESC LIMIT 1 OFFSET {int(scan_rows) - 1}",
+        mailbox_id,
+        *args,
+    )
+    return None if value is None else float(value)
+
+
+async def check_bound(tx: Tx, mailbox_id: str, flt: MessageFilter, q: Query, *, found: int, size: int) -> None:
+    """Raise `FilterTooBroad` when the bound cut a short page: older messages were not read."""
+    if q.floor is None or found >= size:
+        return
+    extra, args = _range(flt)
+    older = await tx.fetchval(
+        f"SELECT 1 FROM messages WHERE mailbox_id = ? AND deleted = 0{extra} AND created_at < ? LIMIT 1",
+        mailbox_id,
+        *args,
+        q.floor,
+    )
+    if older:
+        raise FilterTooBroad(
+            "The filters `from`, `to`, `subject`, `unread` and `has_attachments` read at most the newest "
+            "messages of the mailbox within `since`/`until`, and older ones remain: narrow the range with "
+            "`since` and `until`, or search with `q` alone."
+        )
+
+
+async def query(tx: Tx, mailbox_id: str, flt: MessageFilter, *, scan_rows: int = 0) -> Query:
     join, where, args = conditions(tx.dialect, flt)
+    floor = await _scan_floor(tx, mailbox_id, flt, scan_rows)
+    if floor is not None:
+        where, args = [*where, "m.created_at >= ?"], [*args, floor]
     ordered = "m.created_at DESC, m.id DESC"
     if not flt.terms:
-        return Query("messages m" + join, where, args, ordered)
+        return Query("messages m" + join, where, args, ordered, floor)
     terms = [Term(mailbox_term(mailbox_id)), *flt.terms]
     if tx.dialect != "postgresql":
-        # FTS5 yields rowids in order, so the page is read newest first without a sort.
+        # FTS5 yields rowids in order, so the page is read newest first without a sort; under a
+        # bound, the rowid range stops the walk at the oldest message it may read.
+        match: list[str] = ["f.message_fts MATCH ?"]
+        match_args: list[Any] = [_fts5_query(terms)]
+        if floor is not None:
+            match.append("f.rowid >= ?")
+            match_args.append(doc_id_base(floor))
         source = "message_fts f JOIN message_search s ON s.doc_id = f.rowid JOIN messages m ON m.id = s.message_id"
-        return Query(source, ["f.message_fts MATCH ?", *where], [_fts5_query(terms), *args], "f.rowid DESC")
+        return Query(source, [*match, *where], [*match_args, *args], "f.rowid DESC", floor)
     # PostgreSQL: a few matches are fetched from the GIN index and sorted; many are better found
     # by walking the mailbox newest first until a page is full. Counting the mailbox's matches
     # first decides. The tsquery and the mailbox go into the SQL text as literals: asyncpg keeps
@@ -124,9 +194,9 @@ async def query(tx: Tx, mailbox_id: str, flt: MessageFilter) -> Query:
         # Driven from the matches (a parameter array: no plan can guess its length, and from
         # them any plan is a few key lookups and a small sort).
         source = "unnest(CAST(? AS text[])) AS hit(id) JOIN messages m ON m.id = hit.id" + join
-        return Query(source, where, [[r[0] for r in matches], *args], ordered)
+        return Query(source, where, [[r[0] for r in matches], *args], ordered, floor)
     source = "messages m JOIN message_search s ON s.message_id = m.id"
-    return Query(source, [*where, f"s.terms @@ CAST({literal} AS tsquery)"], args, ordered)
+    return Query(source, [*where, f"s.terms @@ CAST({literal} AS tsquery)"], args, ordered, floor)
 
 
 def _literal(text: str) -> str:

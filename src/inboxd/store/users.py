@@ -109,6 +109,10 @@ async def list_tokens(tx: Tx, user_id: str) -> list[ApiToken]:
     return [token_from(r) for r in rows]
 
 
+async def count_active_tokens(tx: Tx, user_id: str) -> int:
+    return int(await tx.fetchval("SELECT COUNT(*) FROM api_tokens WHERE user_id = ? AND revoked_at IS NULL", user_id))
+
+
 async def revoke_token(tx: Tx, user_id: str, token_id: str, now: float) -> bool:
     row = await tx.fetchrow("SELECT revoked_at FROM api_tokens WHERE id = ? AND user_id = ?", token_id, user_id)
     if row is None:

@@ -1,28 +1,49 @@
 """What the `mailbox` and `sandbox` fixtures give a test: an address, `wait_for(...)` and `messages()`.
 
-`wait_for` returns the newest message the filters keep. Each call only accepts a message newer than
-the one the previous call returned, so a test that waits twice gets the first mail and then the
-next one. When nothing arrives in time it fails the test with an AssertionError that says what it
-waited for and lists what did arrive.
+`wait_for` returns the matches oldest-first, each once: every call returns the oldest match that
+comes after the last message it returned in the server's order (`created_at`, then `id`: the
+message lists' order, read backwards). The cursor is that message's `created_at` plus the ids
+returned so far, not a time one millisecond later, so two mails that arrived before the first call,
+or in the same millisecond, are both returned, in order. The server's wait answers the newest match,
+so a call lists what is there first and waits only when nothing new is: list, take the oldest new
+one; else wait for the next and list again (two mails may have been committed together). When
+nothing arrives in time it fails the test with an AssertionError that says what it waited for and
+lists what did arrive.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar, Unpack
 
-from inboxd.client import Client, Filters, Message, MessageSummary, SandboxInfo, SandboxMessage, WaitTimedOut
+from inboxd.client import (
+    ApiError,
+    Client,
+    Filters,
+    Message,
+    MessageSummary,
+    SandboxInfo,
+    SandboxMessage,
+    WaitTimedOut,
+    When,
+)
 
 M = TypeVar("M", Message, SandboxMessage)
 
 _LISTED = 10
+_PAGE = 30  # the server's page size: a shorter page is the last
 
 
-def _after(created_at: str) -> str:
-    """An RFC 3339 instant one millisecond after `created_at` (the API's precision)."""
-    instant = datetime.fromisoformat(created_at.replace("Z", "+00:00")) + timedelta(milliseconds=1)
-    return instant.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def _instant(value: When) -> datetime:
+    instant = value if isinstance(value, datetime) else datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if instant.tzinfo is None:
+        raise ValueError("since/until need a timezone-aware datetime")
+    return instant
+
+
+def _rfc3339(instant: datetime) -> str:
+    return instant.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _describe(filters: Filters) -> str:
@@ -46,30 +67,74 @@ class _Waiting:
     where: str
 
     def __init__(self) -> None:
-        self._last_created_at: str | None = None
+        self._returned: set[str] = set()
+        self._last: datetime | None = None  # `created_at` of the last message returned
 
     def _wait(
         self,
+        *,
         wait: Callable[..., M],
         listing: Callable[..., list[MessageSummary]],
+        read: Callable[[str], M],
         timeout: float,
         filters: Filters,
     ) -> M:
         __tracebackhide__ = True  # a failed wait reports at the test's line
-        asked, newer = filters, ""
-        if "since" not in filters and self._last_created_at is not None:
-            filters = {**filters, "since": _after(self._last_created_at)}
-            newer = " newer than the one the previous wait_for returned"
-        try:
-            found = wait(timeout=timeout, **filters)
-        except WaitTimedOut:
-            arrived = listing()
+        asked = filters
+        # Listing from the cursor's millisecond on (inclusive) and leaving out what was returned
+        # keeps a message of that same millisecond; the server's wait, which answers the newest,
+        # is asked only for a later one (a late one of the same millisecond is found by the listing
+        # that follows the wait, at the latest when it times out).
+        listed, waited, newer = filters, filters, ""
+        if self._last is not None:
+            since = _instant(filters["since"]) if "since" in filters else None
+            if since is None or since <= self._last:
+                listed = {**filters, "since": _rfc3339(self._last)}
+                waited = {**filters, "since": _rfc3339(self._last + timedelta(milliseconds=1))}
+                newer = " newer than the one the previous wait_for returned"
+        found = self._next(listing, read, listed)
+        if found is None:
+            try:
+                woke: M | None = wait(timeout=timeout, **waited)
+            except WaitTimedOut:
+                woke = None
+            found = self._next(listing, read, listed, woke=woke)
+        if found is None:
             raise AssertionError(
                 f"inboxd: {_describe(asked)}{newer} did not arrive at {self.where} within {timeout:g} s.\n"
-                + _arrived(arrived)
-            ) from None
-        self._last_created_at = found.created_at
+                + _arrived(listing(1))
+            )
+        self._returned.add(found.id)
+        self._last = _instant(found.created_at)
         return found
+
+    def _next(
+        self,
+        listing: Callable[..., list[MessageSummary]],
+        read: Callable[[str], M],
+        filters: Filters,
+        *,
+        woke: M | None = None,
+    ) -> M | None:
+        """The oldest listed match not returned yet (the lists are newest first), or None."""
+        fresh: list[MessageSummary] = []
+        page = 1
+        while True:
+            batch = listing(page, **filters)
+            fresh.extend(m for m in batch if m.id not in self._returned)
+            if len(batch) < _PAGE:
+                break
+            page += 1
+        for summary in reversed(fresh):
+            if woke is not None and woke.id == summary.id:
+                return woke
+            try:
+                return read(summary.id)
+            except ApiError as exc:
+                if exc.status not in (404, 410):
+                    raise
+                self._returned.add(summary.id)  # deleted or expired since it was listed
+        return None
 
 
 class TestMailbox(_Waiting):
@@ -92,14 +157,16 @@ class TestMailbox(_Waiting):
         return f"TestMailbox({self.address!r})"
 
     def wait_for(self, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> Message:
-        """The newest message the filters keep (subject, from_, to, q, unread, has_attachments, since,
-        until) newer than the last one returned; AssertionError after `timeout` seconds."""
+        """The oldest message the filters keep (subject, from_, to, q, unread, has_attachments, since,
+        until) after the last one returned, the moment there is one; AssertionError after `timeout`
+        seconds."""
         __tracebackhide__ = True
         return self._wait(
-            lambda **kw: self.client.wait_for(self.id, **kw),
-            lambda: self.client.messages(self.id),
-            timeout,
-            filters,
+            wait=lambda **kw: self.client.wait_for(self.id, **kw),
+            listing=lambda page, **kw: self.client.messages(self.id, page, **kw),
+            read=lambda message_id: self.client.message(self.id, message_id),
+            timeout=timeout,
+            filters=filters,
         )
 
     def messages(self, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:
@@ -133,10 +200,11 @@ class TestSandbox(_Waiting):
     def wait_for(self, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> SandboxMessage:
         __tracebackhide__ = True
         return self._wait(
-            lambda **kw: self.client.wait_for_sandbox(**kw),
-            lambda: self.client.sandbox_messages(),
-            timeout,
-            filters,
+            wait=lambda **kw: self.client.wait_for_sandbox(**kw),
+            listing=lambda page, **kw: self.client.sandbox_messages(page, **kw),
+            read=self.client.sandbox_message,
+            timeout=timeout,
+            filters=filters,
         )
 
     def messages(self, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:

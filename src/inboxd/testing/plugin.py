@@ -65,12 +65,15 @@ def mailbox(inboxd: InboxdServer) -> Iterator[TestMailbox]:
 @pytest.fixture
 def sandbox(inboxd: InboxdServer) -> Iterator[TestSandbox]:
     """The token's user's SMTP sandbox, emptied before the test (so tests using it run one at a
-    time against one server). Skips the test when the server has no sandbox."""
+    time against one server). Skips the test when the server has no sandbox (404) or the token's
+    plan has none (403 `pro_required`)."""
     try:
         info = inboxd.client.sandbox()
     except ApiError as exc:
         if exc.status == 404:
             pytest.skip("this inboxd has no SMTP sandbox")
+        if exc.status == 403 and exc.code == "pro_required":
+            pytest.skip(f"the token's plan has no SMTP sandbox: {exc.message}")
         raise
     box = TestSandbox(inboxd.client, info, password=inboxd.token)
     box.purge()

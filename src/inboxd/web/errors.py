@@ -20,12 +20,17 @@ _TITLES: dict[str, str] = {
     "csrf_failed": "This form has expired",
     "email_not_verified": "Your email address is not verified",
     "sign_up_closed": "Sign-up is closed",
+    "link_required": "Link this provider from your account first",
+    "identity_taken": "This provider account is linked to someone else",
     "account_revoked": "This account is suspended",
     "link_used": "This sign-in link was already used",
     "link_expired": "This sign-in link has expired",
     "link_unknown": "This sign-in link is not valid",
     "provider_error": "Sign-in did not complete",
     "rate_limit_exceeded": "Too many attempts",
+    "ops_quota_exceeded": "This month's operations are used up",
+    "account_limit_reached": "No more mailboxes on this plan",
+    "token_limit_reached": "Too many API tokens",
 }
 
 
@@ -67,6 +72,7 @@ def error_page(request: Request, call: WebCall, error: InboxdError) -> Response:
         back_path=back[0],
         back_label=back[1],
     )
+    response.headers.update(error.headers)  # the limits' RateLimit-* after an admitted form
     if isinstance(error, RateLimited):
         response.headers["Retry-After"] = str(max(1, int(error.retry_after + 0.999)))
     return response

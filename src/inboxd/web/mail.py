@@ -17,8 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from inboxd.api.messages import content_disposition
-from inboxd.errors import InvalidRequest
+from inboxd.http.query import page_number
+from inboxd.http.responses import content_disposition
 from inboxd.mail.html_view import content_security_policy
 from inboxd.model import NO_FILTER, Mailbox, Principal
 from inboxd.services.filters import parse_filter
@@ -43,13 +43,6 @@ def _principal(call: WebCall) -> Principal:
 
 async def _mailbox(call: WebCall, request: Request) -> Mailbox:
     return await call.services.mailboxes.find(_principal(call), request.path_params["mailbox"], scope="user")
-
-
-def _page_number(request: Request) -> int:
-    raw = request.query_params.get("page", "1")
-    if not raw.isdigit() or int(raw) < 1:
-        raise InvalidRequest("`page` must be a whole number of at least 1.")
-    return int(raw)
 
 
 @page()
@@ -78,11 +71,15 @@ async def _mailboxes(
     )
 
 
-@page()
+@page(creates_mailbox=True)
 async def create_mailbox(request: Request, call: WebCall) -> Response:
     form = call.form
     created, password = await call.services.mailboxes.create_in_dashboard(
-        call.user, local=form.get("local", ""), domain=form.get("domain", ""), password=form.get("password", "")
+        call.user,
+        local=form.get("local", ""),
+        domain=form.get("domain", ""),
+        password=form.get("password", ""),
+        admit=call.admit_creation,
     )
     return await _mailboxes(request, call, created=(created.mailbox, password), status=201)
 
@@ -102,7 +99,7 @@ async def confirm_delete_mailbox(request: Request, call: WebCall) -> Response:
     )
 
 
-@page()
+@page(operation=True)
 async def delete_mailbox(request: Request, call: WebCall) -> Response:
     mailbox = await _mailbox(call, request)
     await call.services.mailboxes.delete(_principal(call), mailbox.id, scope="user")
@@ -115,7 +112,7 @@ async def password_form(request: Request, call: WebCall) -> Response:
     return render(request, call, "mailbox_password.html", mailbox=mailbox)
 
 
-@page()
+@page(operation=True)
 async def reset_password(request: Request, call: WebCall) -> Response:
     mailbox = await _mailbox(call, request)
     await call.services.mailboxes.reset_password(
@@ -126,7 +123,7 @@ async def reset_password(request: Request, call: WebCall) -> Response:
 
 async def _inbox_context(request: Request, call: WebCall, mailbox: Mailbox | None = None) -> dict[str, Any]:
     mailbox = mailbox or await _mailbox(call, request)
-    number = _page_number(request)
+    number = page_number(request)
     # The search box sends `q` (full text); the list takes every filter of the API's message lists.
     flt = parse_filter(request.query_params)
     messages = await call.services.messages.page(mailbox, number, flt)
@@ -172,8 +169,12 @@ async def sandbox(request: Request, call: WebCall) -> Response:
 
 @page()
 async def live_token(request: Request, call: WebCall) -> Response:
-    """A mailbox token for this page's WebSocket; POST with the CSRF token, so no other site gets one."""
-    token = await call.services.mailboxes.live_token(_principal(call), request.path_params["mailbox"])
+    """A token for this page's WebSocket, bound to this browser session; POST with the CSRF token,
+    so no other site gets one."""
+    assert call.session is not None  # the page is for the signed-in
+    token = await call.services.mailboxes.live_token(
+        _principal(call), request.path_params["mailbox"], session_id=call.session.id
+    )
     return JSONResponse({"token": token}, headers={"Cache-Control": "no-store"})
 
 
@@ -269,7 +270,7 @@ async def message_attachment(request: Request, call: WebCall) -> Response:
     )
 
 
-@page()
+@page(operation=True)
 async def mark(request: Request, call: WebCall) -> Response:
     mailbox = await _mailbox(call, request)
     message_id = request.path_params["message"]
@@ -280,14 +281,14 @@ async def mark(request: Request, call: WebCall) -> Response:
     return redirect(f"/mailboxes/{mailbox.id}/messages/{message_id}")
 
 
-@page()
+@page(operation=True)
 async def mark_all_read(request: Request, call: WebCall) -> Response:
     mailbox = await _mailbox(call, request)
     await call.services.messages.mark_many_read(mailbox, ids=None, all_=True)
     return redirect(f"/mailboxes/{mailbox.id}")
 
 
-@page()
+@page(operation=True)
 async def delete_message(request: Request, call: WebCall) -> Response:
     mailbox = await _mailbox(call, request)
     await call.services.messages.delete(mailbox, request.path_params["message"])

@@ -1,10 +1,14 @@
-"""The shape every page shares: find the session, guard the page, check CSRF on a POST, run the
-handler, answer HTML with the security headers.
+"""The shape every page shares: find the session, admit the request, guard the page, check CSRF
+on a POST, run the handler, answer HTML with the security headers.
 
-`page(...)` wraps a handler `(request, call) -> Response`. A signed-out visitor of a guarded page
-is sent to the sign-in page (with `next`, so they come back); a POST is refused unless it comes
-from our origin with the session's CSRF token; any `InboxdError` becomes an error page through
-`errors.py`. Every answer is `no-store`, so the back button after sign-out asks the server again.
+`page(...)` wraps a handler `(request, call) -> Response`. Every page request passes the
+dashboard's rate (per signed-in user, or per client IP); a form that does what an API call does
+(`operation=True`) then runs through the API's own admission (`http.pipeline.admitted`): the
+user's request rate, the mailbox-creation interval, the monthly count and the free-space guard.
+A signed-out visitor of a guarded page is sent to the sign-in page (with `next`, so they come
+back); a POST is refused unless it comes from our origin with the session's CSRF token; any
+`InboxdError` becomes an error page through `errors.py`. Every answer is `no-store`, so the back
+button after sign-out asks the server again.
 """
 
 from __future__ import annotations
@@ -18,17 +22,19 @@ from email.utils import parseaddr
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
-from urllib.parse import parse_qsl, quote
+from urllib.parse import quote, urlsplit
 
 import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from inboxd.api.http import read_body, services_of
 from inboxd.auth import cookies, csrf
-from inboxd.errors import Forbidden, InboxdError, InvalidRequest
-from inboxd.model import User, WebSession
+from inboxd.errors import Forbidden, InboxdError
+from inboxd.http.body import read_form, services_of
+from inboxd.http.client_address import client_ip
+from inboxd.http.pipeline import WRITES, Gate, admitted
+from inboxd.model import Principal, User, WebSession
 from inboxd.services.registry import Services
 from inboxd.web.layout import nav_for
 
@@ -46,7 +52,6 @@ SECURITY_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
 }
 SIGN_IN_PATH = "/auth/sign-in"
-MAX_FORM = 64 * 1024
 
 
 @dataclass
@@ -56,6 +61,8 @@ class WebCall:
     services: Services
     session: WebSession | None
     form: dict[str, str] = field(default_factory=dict)
+    # On a page that creates a mailbox: admits the creation (interval) once the form is valid.
+    admit_creation: Callable[[], Awaitable[None]] | None = None
 
     @property
     def user(self) -> User:
@@ -140,8 +147,15 @@ def redirect(path: str) -> Response:
 
 
 def safe_next(value: str | None, default: str = "/") -> str:
-    """A local path to go to after sign-in; anything that could leave the site becomes `default`."""
-    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value or len(value) > 2000:
+    """A path on this site to go to after sign-in; anything else becomes `default`: another
+    origin (`//host`, `/\\host`, a scheme), and any control or invisible character, which
+    browsers drop from a URL (`/<TAB>/host` is `//host` to them)."""
+    if not value or len(value) > 2000 or not value.startswith("/") or value.startswith("//") or "\\" in value:
+        return default
+    if not value.isprintable():
+        return default
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc:
         return default
     return value
 
@@ -154,29 +168,20 @@ def sign_in_redirect(request: Request, *, reason: str = "") -> Response:
     return redirect(SIGN_IN_PATH + (f"?{query}" if query else ""))
 
 
-async def read_form(request: Request) -> dict[str, str]:
-    body = await read_body(request)
-    if not body:
-        return {}
-    if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
-        raise InvalidRequest("This form must be sent as application/x-www-form-urlencoded.")
-    if len(body) > MAX_FORM:
-        raise InvalidRequest("The form is too large.")
-    try:
-        return dict(parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=100))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InvalidRequest("The form could not be read.") from exc
-
-
 Access = Literal["public", "user", "admin"]
 
 
-def page(access: Access = "user", *, csrf_session: bool = True) -> Callable[[PageHandler], Endpoint]:
-    """Wrap a page handler with the session, the guard of `access`, and CSRF checks on POST.
+def page(
+    access: Access = "user", *, csrf_session: bool = True, operation: bool = False, creates_mailbox: bool = False
+) -> Callable[[PageHandler], Endpoint]:
+    """Wrap a page handler with the session, the limits, the guard of `access`, and CSRF checks on POST.
 
     csrf_session: a POST needs the session's CSRF token (pages for the signed-out, such as the
     sign-in link form, have no session and rely on the origin check and their own secret).
+    operation: the page does what an API call does, and is admitted and counted as that call.
+    creates_mailbox: the page creates a mailbox, and holds to the creation interval.
     """
+    operation = operation or creates_mailbox
 
     def wrap(handler: PageHandler) -> Endpoint:
         async def run(request: Request) -> Response:
@@ -188,7 +193,17 @@ def page(access: Access = "user", *, csrf_session: bool = True) -> Callable[[Pag
             call = WebCall(services=services, session=None)
             try:
                 call.session = await services.sessions.resolve(value) if value else None
-                response = await _guarded(request, call, handler, access=access, csrf_session=csrf_session)
+                user = call.session.user if call.session is not None else None
+                await services.admission.admit_page(caller=f"user:{user.id}" if user else f"ip:{client_ip(request)}")
+                response = await _guarded(
+                    request,
+                    call,
+                    handler,
+                    access=access,
+                    csrf_session=csrf_session,
+                    operation=operation,
+                    creates_mailbox=creates_mailbox,
+                )
             except InboxdError as exc:
                 response = error_page(request, call, exc)
             _maintain_cookie(response, call, value=value, services=services)
@@ -202,7 +217,14 @@ def page(access: Access = "user", *, csrf_session: bool = True) -> Callable[[Pag
 
 
 async def _guarded(
-    request: Request, call: WebCall, handler: PageHandler, *, access: Access, csrf_session: bool
+    request: Request,
+    call: WebCall,
+    handler: PageHandler,
+    *,
+    access: Access,
+    csrf_session: bool,
+    operation: bool,
+    creates_mailbox: bool,
 ) -> Response:
     signed_in = call.session is not None and call.session.user is not None
     if access != "public" and not signed_in:
@@ -218,7 +240,18 @@ async def _guarded(
             if call.session is None:
                 return sign_in_redirect(request, reason="expired")
             csrf.check_token(call.session.csrf_token, call.form.get(csrf.FIELD))
-    return await handler(request, call)
+    if not (operation and signed_in):
+        return await handler(request, call)
+    services = call.services
+
+    async def work(gate: Gate) -> Response:
+        if request.method in WRITES:
+            services.space.check()
+        call.admit_creation = gate.admit_creation
+        return await handler(request, call)
+
+    principal = Principal(user=call.user, session=True)
+    return await admitted(services, principal, work, creates_mailbox=creates_mailbox)
 
 
 def _maintain_cookie(response: Response, call: WebCall, *, value: str, services: Services) -> None:

@@ -52,14 +52,14 @@ async def domains(request: Request, call: WebCall) -> Response:
     return await _domains_page(request, call)
 
 
-@page()
+@page(operation=True)
 async def add_domain(request: Request, call: WebCall) -> Response:
     require_pro(call.user)
     added = await call.services.domains.add(call.user, call.form.get("domain", ""))
     return await _domains_page(request, call, added=added, status=201)
 
 
-@page()
+@page(operation=True)
 async def verify_domain(request: Request, call: WebCall) -> Response:
     require_pro(call.user)
     verification = await call.services.domains.verify(call.user, request.path_params["id"])
@@ -89,7 +89,7 @@ async def confirm_delete_domain(request: Request, call: WebCall) -> Response:
     )
 
 
-@page()
+@page(operation=True)
 async def delete_domain(request: Request, call: WebCall) -> Response:
     require_pro(call.user)
     await call.services.domains.delete(call.user, request.path_params["id"])
@@ -117,7 +117,7 @@ async def webhooks(request: Request, call: WebCall) -> Response:
     return await _webhooks_page(request, call)
 
 
-@page()
+@page(operation=True)
 async def create_webhook(request: Request, call: WebCall) -> Response:
     require_pro(call.user)
     events = [e for e in EVENTS if call.form.get(f"event:{e}")]
@@ -162,7 +162,7 @@ async def confirm_webhook_action(request: Request, call: WebCall) -> Response:
     )
 
 
-@page()
+@page(operation=True)
 async def webhook_action(request: Request, call: WebCall) -> Response:
     require_pro(call.user)
     services, user = call.services, call.user

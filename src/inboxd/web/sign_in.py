@@ -7,9 +7,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from inboxd.api.public import client_ip
 from inboxd.auth import cookies
 from inboxd.auth.providers import Providers, configured
+from inboxd.errors import InvalidRequest
+from inboxd.http.client_address import client_ip
 from inboxd.model import User
 from inboxd.services.sessions import FLOW_TTL
 from inboxd.web.pages import WebCall, page, redirect, render, safe_next
@@ -62,39 +63,67 @@ def providers_of(request: Request) -> Providers:
 
 @page("public")
 async def provider_start(request: Request, call: WebCall) -> Response:
-    """Send the browser to the provider. The flow's state lives in a session: the visitor's own,
-    or a new one that exists only for this sign-in."""
-    providers, key = providers_of(request), request.path_params["provider"]
-    providers.info(key)  # 404 for a provider that is not configured
+    """Send the browser to the provider to sign in. The flow's state lives in a session: the
+    visitor's own, or a new one that exists only for this sign-in."""
+    providers_of(request).info(request.path_params["provider"])  # 404 for a provider not configured
     await call.services.admission.admit_web_sign_in(client=client_ip(request))
     opened = None
     if call.session is None:
         opened = await call.services.sessions.open(None)
         call.session = opened.session
-    data: dict[str, object] = {**call.session.data, "next": safe_next(request.query_params.get("next"), "/account")}
-    request.scope["session"] = data
-    location = await providers.begin(key, request)
-    await call.services.sessions.save_data(call.session, data)
+    next_path = safe_next(request.query_params.get("next"), "/account")
+    location = await begin_flow(request, call, request.path_params["provider"], next_path=next_path)
     response = RedirectResponse(location, status_code=302)
     if opened is not None:
         cookies.put(response, call.services.settings, opened.value, max_age=FLOW_TTL)
     return response
 
 
+async def begin_flow(request: Request, call: WebCall, key: str, *, next_path: str, link_to: User | None = None) -> str:
+    """The provider's authorization URL for a flow kept in the (open) session; the caller has
+    admitted the attempt. `link_to` (the signed-in user, from a form with the session's CSRF token)
+    makes the callback link the provider account to that user instead of signing in."""
+    assert call.session is not None
+    providers = providers_of(request)
+    data: dict[str, object] = {**call.session.data, "next": next_path}
+    data.pop(_LINK_TO, None)
+    if link_to is not None:
+        data[_LINK_TO] = link_to.id
+    request.scope["session"] = data
+    location = await providers.begin(key, request)
+    await call.services.sessions.save_data(call.session, data)
+    return location
+
+
+# The session data key of a flow that links a provider account to the signed-in user.
+_LINK_TO = "link_to"
+
+
 @page("public")
 async def provider_callback(request: Request, call: WebCall) -> Response:
-    """Check the provider's answer against the flow's state, then sign in whom it vouches for."""
+    """Check the provider's answer against the flow's state, then sign in whom it vouches for, or
+    link it to the signed-in user who started a linking flow."""
     providers, key = providers_of(request), request.path_params["provider"]
     providers.info(key)
     await call.services.admission.admit_web_sign_in(client=client_ip(request))
     session = call.session
     data: dict[str, object] = dict(session.data) if session else {}
+    link_to = data.pop(_LINK_TO, None)
     request.scope["session"] = data
     try:
         vouched = await providers.finish(key, request)
     finally:
         if session is not None:  # the state is spent whatever happened: a replay finds none
             await call.services.sessions.save_data(session, data)
+    if link_to is not None:
+        if session is None or session.user is None or session.user.id != link_to:
+            raise InvalidRequest(
+                "This link was started by a session that is no longer signed in. Sign in, then link the "
+                "provider again from your account page.",
+                code="sign_in_state",
+            )
+        await call.services.sign_in.link_identity(session.user, vouched)
+        return redirect("/account?notice=linked")
     user = await call.services.sign_in.sign_in_identity(vouched)
     return await start_session(call, user, target=safe_next(str(data.get("next") or ""), "/account"))
 

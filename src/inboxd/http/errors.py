@@ -1,16 +1,21 @@
-"""The one table from errors to HTTP answers: `{error, message}` with the error's status."""
+"""The one table from errors to HTTP answers: `{error, message}` with the error's status.
+
+The dashboard renders its own errors as pages (`web/errors.py`); an unknown address asked for by
+a browser reaches its "not found" page through the `not_found_page` the composition hands over.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from inboxd.api.http import json_response
 from inboxd.errors import InboxdError, MethodNotAllowed, NotFound, PayloadTooLarge, RateLimited, Unavailable
+from inboxd.http.responses import json_response
 
 log = logging.getLogger("inboxd.api")
 
@@ -39,21 +44,28 @@ def _wants_a_page(request: Request) -> bool:
     return not (path == "/api" or path.startswith("/api/")) and "text/html" in request.headers.get("accept", "")
 
 
-async def on_http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    if exc.status_code == 404:
-        if _wants_a_page(request):
-            from inboxd.web.errors import not_found_page
+Page = Callable[[Request], Awaitable[Response]]
 
-            return await not_found_page(request)
-        return error_response(NotFound("No such endpoint."))
-    if exc.status_code == 405:
-        response = error_response(MethodNotAllowed())
-        response.headers.update(exc.headers or {})
-        return response
-    if exc.status_code == 413:
-        return error_response(PayloadTooLarge())
-    return json_response({"error": "invalid_request", "message": str(exc.detail)}, exc.status_code)
+
+def on_http_error(not_found_page: Page | None = None) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """Starlette's own errors (unknown path, wrong method, ...) in our table; a browser asking for
+    an unknown address outside the API gets `not_found_page`."""
+
+    async def handle(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 404:
+            if not_found_page is not None and _wants_a_page(request):
+                return await not_found_page(request)
+            return error_response(NotFound("No such endpoint."))
+        if exc.status_code == 405:
+            response = error_response(MethodNotAllowed())
+            response.headers.update(exc.headers or {})
+            return response
+        if exc.status_code == 413:
+            return error_response(PayloadTooLarge())
+        return json_response({"error": "invalid_request", "message": str(exc.detail)}, exc.status_code)
+
+    return handle
 
 
 class AnswerUnexpected:

@@ -1,0 +1,38 @@
+"""The whole HTTP face: the REST API's and the dashboard's routes around one `Services`, composed
+here, above both, so that `api` and `web` never import each other."""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.types import ASGIApp
+
+from inboxd.api import docs, ws
+from inboxd.api.app import api_routes
+from inboxd.api.observe import Observe
+from inboxd.errors import InboxdError
+from inboxd.http.errors import AnswerUnexpected, on_http_error, on_inboxd_error
+from inboxd.metrics import Metrics
+from inboxd.services.registry import Services
+from inboxd.web import app as web
+from inboxd.web.errors import not_found_page
+
+
+def build_asgi(services: Services, *, metrics: Metrics | None = None) -> ASGIApp:
+    """Request ids, logs and metrics around the WebSocket and the routes."""
+    metrics = metrics or Metrics()
+    routes = api_routes()
+    app = Starlette(
+        routes=[*routes, *web.routes()],
+        middleware=[Middleware(AnswerUnexpected)],
+        exception_handlers={InboxdError: on_inboxd_error, HTTPException: on_http_error(not_found_page)},
+    )
+    # A trailing slash names no resource: 404 `not_found`, as for any unknown path, not a 307
+    # that drops the body of a POST for clients that do not follow it.
+    app.router.redirect_slashes = False
+    app.state.services = services
+    web.attach(app, services)
+    app.state.openapi = docs.openapi_bytes(routes, base_url=services.settings.base_url)
+    app.state.metrics = metrics
+    return Observe(ws.with_websocket(app, services, metrics=metrics), metrics=metrics, routes=routes)
