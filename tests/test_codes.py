@@ -144,3 +144,39 @@ def test_hostile_input_is_bounded() -> None:
     assert find_codes("", "", html) == ["123456"]
     assert len(find_links("", html)) == 1
     assert find_codes("", "1" * 100_000 + " code " + "7" * 100_000, "") == []
+
+
+@pytest.mark.parametrize(
+    ("subject", "text", "html", "code"),
+    [
+        ("", "Your verification code:\n\nKQM-TRZ\n\nIt expires soon.", "", "KQMTRZ"),
+        ("", "Enter this login code:\n\nab123-4567c\n", "", "ab123-4567c"),
+        ("", "Your sign-in phrase:\n\nmaple-river-stone-cloud\n", "", "maple-river-stone-cloud"),
+        ("", "", "<h2>Temporary login code</h2><p style='font-size:24px'>dusk-amber-falcon</p>", "dusk-amber-falcon"),
+        ("", "", "<p>Your code: <b>WXP-LQD</b></p>", "WXPLQD"),
+        ("", "Your Apple ID code:\n\nKQM-TRZ\n", "", "KQMTRZ"),  # "ID" names the account
+        ("", "Your customer account login code:\n\nab123-4567c\n", "", "ab123-4567c"),
+    ],
+)
+def test_word_codes_labelled_and_set_apart(subject: str, text: str, html: str, code: str) -> None:
+    """Letters in groups, lowercase letter-digit codes with a dash and dash-joined phrases are found
+    when the wording says they are the code and they stand apart."""
+    assert find_codes(subject, text, html) == [code]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Your code is KQM-TRZ today.",  # labelled but not set apart
+        "Welcome!\n\nKQM-TRZ\n",  # set apart but not labelled
+        "Your coupon code:\n\nSPRING-SALE\n",  # a promotion
+        "Tracking code:\n\nxk392-7781a\n",  # a tracking number
+        "Release 4.2, code name:\n\nsilver-birch-lantern\n",  # a code name
+        "Our code of conduct:\n\nbe-kind-always\n",
+        "Read our guide\n\nstate-of-the-art\n",
+        "SKU code:\n\nTNT-BLU-XL\n",
+        "Enter the code for your order:\n\nab123-4567c\n",
+    ],
+)
+def test_word_shapes_that_are_not_codes(text: str) -> None:
+    assert find_codes("Verify your account", text, "") == []

@@ -1,4 +1,4 @@
-"""The command line: `inboxd serve`, `inboxd migrate`, `inboxd users …`, `inboxd tokens …`."""
+"""The command line: `inboxd serve`, `inboxd migrate`, `inboxd users …`, `inboxd tokens …`, `inboxd check FILE`."""
 
 from __future__ import annotations
 
@@ -286,4 +286,24 @@ def doctor_command() -> None:
     failed = sum(f.level == "fail" for f in findings)
     click.echo("inboxd doctor: " + (f"{failed} problem(s) found." if failed else "all checks passed."))
     if failed:
+        raise SystemExit(1)
+
+
+@main.command("check")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (the API's shape).")
+def check_command(path: Path, as_json: bool) -> None:
+    """Judge a message file (.eml) without a server: HTML compatibility and content checks; links are
+    listed, spam and authentication reported as not run. Exit status 1 when there is an error."""
+    import msgspec
+
+    from inboxd.mail.checks import judge_message
+    from inboxd.mail.checks.render import render_text
+
+    report = judge_message(path.read_bytes())
+    if as_json:
+        click.echo(msgspec.json.format(msgspec.json.encode(report), indent=2).decode())
+    else:
+        click.echo(render_text(report, path.name))
+    if report.verdict == "error":
         raise SystemExit(1)

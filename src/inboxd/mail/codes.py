@@ -7,10 +7,14 @@ How codes are found: every line of the subject and the bodies (HTML rendered to 
 elements breaking them) is cut into tight tokens (alphanumerics joined by ``-.,:/``). A token is a
 *candidate* when it has a code's shape: 4 to 8 digits, two groups of 3 or 4 digits joined by one
 space or dash (``123 456`` gives ``123456``), a short uppercase prefix and digits (``G-123456``), or
-6 to 10 letters and digits with at least one of each. Shapes that are something else never become
-candidates: more groups or other separators (dates, times, decimals, versions, phone numbers),
-digits next to a currency sign or ``+``/``#``, digits followed by a unit or a CJK date character,
-years (unless a code word labels them), hex colours, anything inside a URL or an e-mail address.
+6 to 10 letters and digits with at least one of each. Three shapes are words more than numbers and
+are taken only when labelled as the code and set apart (alone on their line or emphasised): letters
+in groups (``KQM-TRZ``, given joined), lowercase letters and digits with a dash (``ab123-4567c``) and
+login phrases of dash-joined words (``maple-river-stone``), the last two as written. Shapes that are
+something else never become candidates: more groups or other separators (dates, times, decimals,
+versions, phone numbers), digits next to a currency sign or ``+``/``#``, digits followed by a unit
+or a CJK date character, years (unless a code word labels them), hex colours, anything inside a URL
+or an e-mail address.
 
 A candidate is then scored by its context, and kept only above a threshold:
 
@@ -326,6 +330,60 @@ def _shape(token: str) -> tuple[str, bool] | None:
     return None
 
 
+# Three kinds of code are words rather than numbers, so they are taken only where the mail's wording
+# marks them: letters in groups (KQM-TRZ, given joined as ZXK-7QF is), lowercase letters and digits
+# with a dash (ab123-4567c) and phrases of dash-joined words (maple-river-stone), kept as written.
+_GROUPED_LETTERS = re.compile(r"[A-Z]{3,5}(?:-[A-Z]{3,5}){1,3}")
+_GROUPED_LOWER = re.compile(r"(?=[a-z0-9-]*[a-z])(?=[a-z0-9-]*\d)[a-z0-9]{3,8}(?:-[a-z0-9]{3,8}){1,2}")
+_PHRASE = re.compile(r"[a-z]{3,10}(?:-[a-z]{3,10}){2,5}")
+_PHRASE_NOUNS = re.compile(r"\bphrase\b|\bpassphrase\b|\bmagic words?\b", re.IGNORECASE)
+# Labels that use a code noun for something else.
+_NOT_A_CODE = re.compile(
+    r"\bcode ?names?\b|\bcode of conduct\b|\bsource code\b|\bcode review|\bcolou?r code|\bdress code|"
+    r"\bqr code|\bbar ?code|\berror code|\bstatus code|\bcountry code|\barea code|\bpostal code|\bzip ?code",
+    re.IGNORECASE,
+)
+# Evidence the kinds above get when labelled and set apart: as much as a labelled, set-apart number.
+_GROUPED_SCORE = 6
+
+
+def _grouped_shape(token: str) -> str | None:
+    """The code a letters-in-groups, lowercase letter-digit or dash-joined phrase token stands for."""
+    if _GROUPED_LETTERS.fullmatch(token):
+        return token.replace("-", "")
+    if len(token) <= 20 and _GROUPED_LOWER.fullmatch(token):
+        return token
+    if len(token) <= 48 and _PHRASE.fullmatch(token):
+        return token
+    return None
+
+
+def _labelled_apart(lines: list[str], index: int, start: int, raw: str, ctx: _Context) -> bool:
+    """Whether ``raw`` is set apart (alone on its line or the whole of an emphasised element) and
+    labelled as the code: a code noun on its line before it, else on the nearest line above (a heading
+    or "Your login code:"), with no word that makes it a promotion, an order, a tracking number..."""
+    line = lines[index]
+    if line.strip(_SET_APART_TRIM) != raw and raw not in ctx.emphasised:
+        return False
+    label = line[:start]
+    if not any(ch.isalpha() for ch in label):
+        above = [text for text in lines[max(0, index - 3) : index] if text.strip()]
+        if not above:
+            return False
+        label = above[-1]
+    label = label[-120:]
+    nouns = [m.start() for m in (*_NOUNS.finditer(label), *_PHRASE_NOUNS.finditer(label))]
+    if not nouns or _PROMOTION.search(label) or _NOT_A_CODE.search(label):
+        return False
+    noun = max(nouns)
+    for negative in _NEGATIVES.finditer(label):
+        # A label naming something else after the code word ("code for your order"), or just before
+        # it ("tracking code", "SKU code"); "Apple ID code" names an account, not the code.
+        if negative.start() > noun or (noun - negative.end() <= 3 and negative.group(0).lower() != "id"):
+            return False
+    return True
+
+
 @dataclass(slots=True)
 class _Context:
     """What a message says outside the candidate's line."""
@@ -421,6 +479,9 @@ def _candidates_in(lines: list[str], ctx: _Context, found: dict[str, _Candidate]
                 continue
             shape = _shape(match.group(0))
             if shape is None:
+                grouped = _grouped_shape(match.group(0)) if "-" in match.group(0) else None
+                if grouped is not None and _labelled_apart(lines, index, start, match.group(0), ctx):
+                    _keep(found, order, grouped, _GROUPED_SCORE, digits=False)
                 continue
             code, digits = shape
             if not digits and (_HEX.fullmatch(code) and line[max(0, start - 1) : start] == "#"):

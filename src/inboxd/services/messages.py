@@ -73,7 +73,7 @@ class _PartIndex:
 # The kept parse says which version of it it is; an older one is parsed again on its next open, so
 # fields added since (codes, links, headers...) appear on messages received before them. Raise it
 # too when the rules of inboxd.mail.codes change, so kept codes and links follow them.
-DETAIL_VERSION = 3
+DETAIL_VERSION = 4
 
 
 class _StoredDetail(msgspec.Struct):
