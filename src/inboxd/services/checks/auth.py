@@ -7,8 +7,9 @@ over the configured resolver (`INBOXD_DNS_NAMESERVERS`, the system's when empty)
 - DKIM (dkimpy): each `DKIM-Signature` apart, with its domain, selector, algorithm, result and
   whether the body still matches the signed hash. No key published at the selector is
   `permerror`, a DNS failure `temperror`.
-- DMARC: the policy at `_dmarc.<From domain>`, else at its organizational domain (taken as the
-  last two labels: no public-suffix list is shipped), and the RFC 7489 evaluation: pass when SPF
+- DMARC: the policy at `_dmarc.<From domain>`, else at its organizational domain (the content
+  check's rule: the last two labels, three under `co.uk`-like suffixes; no public-suffix list is
+  shipped), and the RFC 7489 evaluation: pass when SPF
   or a DKIM signature passes for a domain aligned with the From domain (relaxed or strict as
   `aspf`/`adkim` say).
 - ARC (dkimpy's `arc_verify`): the chain's validation (`pass`, `fail`, `none`).
@@ -44,6 +45,7 @@ import spf
 from dkim.util import parse_tag_value
 
 from inboxd.dns import parse_nameserver
+from inboxd.mail.checks.content import organisational_domain
 
 Severity = Literal["error", "warning", "info"]
 # A finding as (severity, code, message, where): the report's `Finding` is made of it by the service.
@@ -279,15 +281,10 @@ def _from_domain(raw: bytes) -> str:
     return addresses[0].rpartition("@")[2].lower().rstrip(".") if addresses else ""
 
 
-def organizational(domain: str) -> str:
-    labels = domain.lower().rstrip(".").split(".")
-    return ".".join(labels[-2:])
-
-
 def _aligned(domain: str, from_domain: str, mode: str) -> bool:
     if mode == "s":
         return domain == from_domain
-    return organizational(domain) == organizational(from_domain)
+    return organisational_domain(domain) == organisational_domain(from_domain)
 
 
 def _dmarc_record(name: str, resolver: _Resolver) -> dict[str, str] | None:
@@ -310,7 +307,7 @@ def _dmarc(
         return DmarcOutcome(result="permerror", domain="")
     try:
         tags = _dmarc_record(from_domain, resolver)
-        org = organizational(from_domain)
+        org = organisational_domain(from_domain)
         if tags is None and org != from_domain:
             tags = _dmarc_record(org, resolver)
             if tags is not None and "sp" in tags:
