@@ -111,3 +111,37 @@ async def test_a_report_is_computed_once_and_kept(
     refreshed = await checks.report(mailbox, message.id, refresh="links")
     assert len(site.methods) > fetched
     assert refreshed.auth == report.auth and refreshed.html == report.html
+
+
+async def test_the_api_answers_the_report_and_each_part(server: Inboxd, site: Site) -> None:
+    address = f"api-checks@{server.settings.default_domain}"
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as http:
+        auth = {"Authorization": f"Bearer {server.bootstrap_token}"}
+        created = await http.post("/api/accounts", json={"address": address, "auth_key": "ab" * 32}, headers=auth)
+        assert created.status_code == 201, created.text
+        await asyncio.to_thread(send, server.smtp_port, address, html_message(site.base))
+        listed = await http.get(f"/api/accounts/{address}/messages", headers=auth)
+        (item,) = listed.json()["messages"]
+        base = f"/api/accounts/{address}/messages/{item['id']}/checks"
+
+        whole = await http.get(base, headers=auth)
+        assert whole.status_code == 200, whole.text
+        report = whole.json()
+        assert set(report) == {"verdict", "html", "links", "spam", "auth", "content"}
+        assert report["spam"] == {**report["spam"], "verdict": "skipped", "configured": False}
+        assert report["auth"]["spf"]["helo"] == "mta.example.org"
+        used = int(whole.headers["X-Ops-Used"])
+        for part in ("html", "links", "spam", "auth", "content"):
+            alone = await http.get(f"{base}/{part}", headers=auth)
+            assert alone.status_code == 200, alone.text
+            assert alone.json() == report[part]
+            used, before = int(alone.headers["X-Ops-Used"]), used
+            assert used == before + 1  # each read is an operation
+        refreshed = await http.get(f"{base}/links", params={"refresh": "links"}, headers=auth)
+        assert refreshed.status_code == 200
+        wrong = await http.get(base, params={"refresh": "everything"}, headers=auth)
+        assert wrong.status_code == 400 and wrong.json()["error"] == "invalid_request"
+        unknown = await http.get(
+            f"/api/accounts/{address}/messages/{'0' * 8}-0000-0000-0000-{'0' * 12}/checks", headers=auth
+        )
+        assert unknown.status_code == 404
