@@ -13,9 +13,12 @@ from functools import partial
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
 from inboxd.app import Inboxd
+from inboxd.client import AsyncClient
+from inboxd.mail.checks.report import CheckReport
 from inboxd.services.checks.reports import CheckService
 from inboxd.store import mailboxes as mailbox_store
 from tests.conftest import Clock
@@ -137,6 +140,10 @@ async def test_the_api_answers_the_report_and_each_part(server: Inboxd, site: Si
             assert alone.json() == report[part]
             used, before = int(alone.headers["X-Ops-Used"]), used
             assert used == before + 1  # each read is an operation
+        async with AsyncClient(f"http://127.0.0.1:{server.http_port}", token=server.bootstrap_token) as client:
+            typed = await client.checks(address, item["id"], refresh_links=True)
+        assert isinstance(typed, CheckReport) and typed.auth.spf is not None
+        assert typed.html == msgspec.json.decode(msgspec.json.encode(report["html"]), type=type(typed.html))
         refreshed = await http.get(f"{base}/links", params={"refresh": "links"}, headers=auth)
         assert refreshed.status_code == 200
         wrong = await http.get(base, params={"refresh": "everything"}, headers=auth)
