@@ -115,6 +115,12 @@ async def test_a_report_is_computed_once_and_kept(
     assert len(site.methods) > fetched
     assert refreshed.auth == report.auth and refreshed.html == report.html
 
+    assert server._db is not None
+    kept = "SELECT count(*) FROM message_checks WHERE message_id = ?"
+    assert await server._db.read(lambda tx: tx.fetchval(kept, message.id)) == 1
+    await services.messages.delete(mailbox, message.id)  # the kept report goes with the message
+    assert await server._db.read(lambda tx: tx.fetchval(kept, message.id)) == 0
+
 
 async def test_the_api_answers_the_report_and_each_part(server: Inboxd, site: Site) -> None:
     address = f"api-checks@{server.settings.default_domain}"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from inboxd.config import Settings
+from inboxd.services.checks.reports import spam_part
 from inboxd.services.checks.spam import Envelope, SpamChecker
 from tests.conftest import free_port
 from tests.dns_server import DnsServerPair, FakeDns
@@ -55,6 +56,9 @@ async def test_gtube_is_rejected(rspamd: Rspamd) -> None:
     assert result.error is None
     assert result.action == "reject"
     assert "GTUBE" in {s.name for s in result.symbols}
+    part = spam_part(result)
+    assert (part.verdict, part.configured, part.action) == ("error", True, "reject")
+    assert [f.code for f in part.findings] == ["spam_rejected"]
 
 
 async def test_a_plain_personal_mail_is_not_rejected(rspamd: Rspamd) -> None:
@@ -65,10 +69,14 @@ async def test_a_plain_personal_mail_is_not_rejected(rspamd: Rspamd) -> None:
     assert result.score is not None and result.required is not None and result.score < result.required
     assert result.symbols and all(s.name for s in result.symbols)
     assert any(s.description for s in result.symbols)
+    part = spam_part(result)
+    assert (part.verdict, part.score, part.findings) == ("ok", result.score, [])
 
 
 def test_without_the_setting_nothing_is_configured() -> None:
     assert not SpamChecker(Settings()).configured
+    part = spam_part(None)
+    assert (part.verdict, part.configured, part.score, part.action) == ("skipped", False, None, None)
 
 
 async def test_an_unreachable_rspamd_is_an_error_not_a_score(tmp_path: Path) -> None:
