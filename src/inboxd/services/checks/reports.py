@@ -83,15 +83,18 @@ class CheckService:
         """The report of a live message of `mailbox` (404/410 as for the message itself)."""
         from inboxd.mail.checks.report import CheckReport
 
-        raw = await self._messages.source(mailbox, message_id)
-        kept = await self._db.read(partial(_read_kept, message_id=message_id))
+        summary = await self._messages.live(mailbox, message_id)
+        kept = await self._db.read(partial(_read_kept, message_id=summary.id))
         previous = None if kept.report is None else _decode(kept.report, CheckReport)
         if previous is not None and refresh is None:
-            return previous
-        report = await self._compute(raw, mailbox, kept.reception, previous=previous if refresh == "links" else None)
+            return previous  # the bytes are not even read
+        raw = await self._messages.raw_of(summary)
+        report = await self._compute(
+            raw, mailbox, kept.reception, previous=previous if refresh == "links" else None, refresh=refresh
+        )
         stored = msgspec.json.encode(_Stored(v=REPORT_VERSION, report=msgspec.Raw(msgspec.json.encode(report))))
         await self._db.write(
-            partial(store.save_checks, message_id=message_id, report=stored.decode(), now=self._clock())
+            partial(store.save_checks, message_id=summary.id, report=stored.decode(), now=self._clock())
         )
         return report
 
@@ -102,6 +105,7 @@ class CheckService:
         reception: store.ReceptionData | None,
         *,
         previous: CheckReport | None,
+        refresh: Refresh,
     ) -> CheckReport:
         from inboxd.mail.checks.judge import pure_parts
         from inboxd.mail.checks.report import combine
@@ -115,7 +119,8 @@ class CheckService:
             return combine(previous.html, links_part(items, statuses), previous.spam, previous.auth, previous.content)
         mail_from = None if reception is None else reception.mail_from
         pure = await asyncio.to_thread(pure_parts, raw, mail_from=mail_from)
-        checking = links.check_all([item.url for item in pure.links], user_key=mailbox.user_id)
+        urls = [item.url for item in pure.links]
+        checking = links.check_all(urls, user_key=mailbox.user_id, refresh=refresh is not None)
         envelope = Envelope(
             client_ip=None if reception is None else reception.client_ip,
             helo=None if reception is None else reception.helo,
