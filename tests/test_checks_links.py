@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from inboxd.config import Settings
+from inboxd.config import Settings, SettingsError
 from inboxd.services.checks.links import LinkChecker
 
 
@@ -121,3 +121,10 @@ async def test_the_cache_and_the_rate(site: Site) -> None:
         assert refreshed[0].outcome == "ok" and site.methods.count(("HEAD", "/ok")) == 3
     finally:
         await links.close()
+
+
+def test_settings_refuse_nonsense() -> None:
+    with pytest.raises(SettingsError, match="INBOXD_RSPAMD_URL"):
+        Settings(rspamd_url="127.0.0.1:11333")
+    with pytest.raises(SettingsError, match="INBOXD_LINK_CHECK_CONCURRENCY"):
+        Settings(link_check_concurrency=0)

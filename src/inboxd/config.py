@@ -240,6 +240,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             msgspec.structs.force_setattr(self, name, value)
         if self.metrics_listen:
             self.metrics_address  # noqa: B018 - a value that is not host:port stops the start here
+        if self.rspamd_url and urlsplit(self.rspamd_url).scheme not in ("http", "https"):
+            raise SettingsError(f"INBOXD_RSPAMD_URL: {self.rspamd_url!r} is not an http(s) URL")
+        if self.link_check_concurrency < 1 or self.link_check_rate <= 0 or self.link_check_max_redirects < 0:
+            raise SettingsError(
+                "INBOXD_LINK_CHECK_CONCURRENCY and INBOXD_LINK_CHECK_RATE must be positive, "
+                "INBOXD_LINK_CHECK_MAX_REDIRECTS at least 0"
+            )
 
     @property
     def metrics_address(self) -> tuple[str, int] | None:
