@@ -164,3 +164,19 @@ async def test_an_arc_chain_is_verified(zone: Zone, key: tuple[bytes, str]) -> N
     )
     result = await zone.checker().check(b"".join(sealed) + raw, None)
     assert (result.arc.result, result.arc.instances) == ("pass", 1)
+
+
+async def test_an_arc_chain_over_a_changed_body_fails(zone: Zone, key: tuple[bytes, str]) -> None:
+    publish_key(zone.dns, key, "arc._domainkey.forwarder.example")
+    raw = message()
+    sealed = dkim.arc_sign(
+        b"Authentication-Results: forwarder.example; spf=pass smtp.mailfrom=example.org\r\n" + raw,
+        b"arc",
+        b"forwarder.example",
+        key[0],
+        b"forwarder.example",
+    )
+    changed = raw.replace(b"Your order has shipped.", b"Your order was lost.")
+    result = await zone.checker().check(b"".join(sealed) + changed, None)
+    assert result.arc.result == "fail"
+    assert ("warning", "arc_fail") in {(f[0], f[1]) for f in result.findings}
