@@ -44,7 +44,7 @@ class Rspamd:
         self.log = directory / "rspamd.log"
         self._process: subprocess.Popen[bytes] | None = None
 
-    def start(self, *, within: float = 120.0) -> None:
+    def start(self, *, within: float = 90.0) -> None:
         d = self.directory
         command = [RSPAMD, "--no-fork", "-c", str(d / "rspamd.conf")]
         command += [f"--var={k}={v}" for k, v in (("LOCAL_CONFDIR", d), ("DBDIR", d / "db"), ("RUNDIR", d))]
