@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.conftest import Harness
+from tests.test_web_sessions import csrf_of, origin, signed_in
 
 
 async def test_public_domains(harness: Harness) -> None:
@@ -208,3 +211,61 @@ async def test_suspended_owner_cannot_sign_in_to_a_mailbox(harness: Harness) -> 
     await harness.server.services.users.set_user("sus2@example.test", status="active")
     again = await harness.http.post("/api/token", json={"address": box["address"], "password": "secret123"})
     assert again.status_code == 200
+
+
+async def dashboard_mailbox(h: Harness, local: str, email: str = "admin@localhost") -> dict[str, Any]:
+    """A mailbox made in the dashboard by `email`'s signed-in browser session: the user owns it,
+    no API token made it. Returns its `id` and `address` as `/api/user/accounts` lists them."""
+    async with signed_in(h, email) as browser:
+        form = await browser.get("/mailboxes")
+        made = await browser.post(
+            "/mailboxes",
+            data={"local": local, "domain": h.domain, "password": "", "csrf_token": csrf_of(form.text)},
+            headers=origin(h),
+        )
+        assert made.status_code == 201, made.text
+    user = await h.server.services.users.user_by_email(email)
+    page, _ = await h.server.services.mailboxes.page_for_user(user, "", limit=1000)
+    found = next(m for m in page if m.address == f"{local}@{h.domain}")
+    return {"id": found.id, "address": found.address}
+
+
+async def test_the_owner_learns_why_a_mailbox_answers_404(harness: Harness) -> None:
+    """A mailbox of the token's user that the token did not make keeps answering 404 `not_found`
+    on `/api/accounts/...` (the ownership rule), and the message says where it answers; anyone
+    else gets the message of a mailbox that does not exist."""
+    services = harness.server.services
+    made = await dashboard_mailbox(harness, "dashboard-made")
+    admin = await services.users.user_by_email("admin@localhost")
+    second = (await services.users.create_token(admin, "second")).value
+    by_second = await harness.new_mailbox(second)  # made with another token of the same user
+    own_box_token = (await harness.new_mailbox())["token"]
+    other_user = await harness.new_user()
+
+    for box in (made, by_second):
+        for method, path in [
+            ("GET", f"/api/accounts/{box['id']}"),
+            ("GET", f"/api/accounts/{box['address']}/messages"),
+            ("DELETE", f"/api/accounts/{box['address']}"),
+        ]:
+            answer = await harness.http.request(method, path, headers=harness.auth())
+            assert answer.status_code == 404 and answer.json()["error"] == "not_found", (method, path)
+            message = answer.json()["message"]
+            assert "one of your mailboxes" in message and f"/api/user/accounts/{box['id']}/messages" in message
+            # (A mailbox token may not DELETE at all: 403 `access_denied`, whatever the mailbox.)
+            for stranger in (other_user, own_box_token) if method == "GET" else (other_user,):
+                refused = await harness.http.request(method, path, headers=harness.auth(stranger))
+                assert refused.json() == {"error": "not_found", "message": "No such mailbox."}, (method, path)
+        listed = await harness.http.get(f"/api/user/accounts/{box['id']}/messages", headers=harness.auth())
+        assert listed.status_code == 200
+
+    sandbox = (await harness.http.get("/api/user/sandbox", headers=harness.auth())).json()
+    to_sandbox = await harness.http.get(f"/api/accounts/{sandbox['account_id']}/messages", headers=harness.auth())
+    assert to_sandbox.status_code == 404 and "/api/user/sandbox/messages" in to_sandbox.json()["message"]
+
+    # A free user's token: the user's routes need Pro, and the message says so.
+    free = await services.users.create_user("free@example.test", plan="free")
+    free_token = (await services.users.create_token(free, "t")).value
+    free_box = await dashboard_mailbox(harness, "free-made", email="free@example.test")
+    answer = await harness.http.get(f"/api/accounts/{free_box['id']}", headers=harness.auth(free_token))
+    assert answer.status_code == 404 and "needs Pro" in answer.json()["message"]

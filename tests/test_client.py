@@ -14,6 +14,7 @@ import pytest
 from inboxd.app import Inboxd
 from inboxd.client import ApiError, AsyncClient, Client, NoCodeFound, WaitTimedOut
 from tests.conftest import Clock, Harness, simple_message
+from tests.test_accounts import dashboard_mailbox
 
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
@@ -108,10 +109,52 @@ async def test_pro_operations_and_the_sandbox(harness: Harness) -> None:
         await asyncio.to_thread(submit)
         captured = await client.wait_for_sandbox(subject="from the app", timeout=10)
         assert captured.code == "880011" and captured.recipients == ("someone@example.test",)
+        assert (captured.to, captured.cc) == ("someone@example.test", "")  # one type, as in `Message`
         assert [m.subject for m in await client.sandbox_messages()] == ["From the app"]
         assert (await client.sandbox_message(captured.id)).id == captured.id
         assert await client.purge_sandbox() == 1
         await client.delete_account(box.id)
+
+
+async def test_the_users_other_mailboxes_are_reached_through_the_users_routes(harness: Harness) -> None:
+    """A mailbox made in the dashboard answers 404 on the token's routes; the clients list, wait,
+    read, reset and delete it through the user's, and a stranger's 404 stays a 404."""
+    made = await dashboard_mailbox(harness, "made-in-dashboard")
+    await harness.send(made["address"], simple_message(subject="Welcome to the dashboard", body="PIN: 7213"))
+    async with AsyncClient(url(harness), harness.admin_token) as client:
+        assert [m.subject for m in await client.messages(made["address"])] == ["Welcome to the dashboard"]
+        assert (await client.wait_for(made["id"], timeout=10)).code == "7213"
+        assert [m.subject for m in await client.messages(made["id"], subject="nothing like it")] == []
+        await client.reset_password(made["address"], "another-secret")
+    async with AsyncClient(url(harness), harness.admin_token) as client:  # a new client: nothing remembered
+        waited = await client.wait_for(made["address"], timeout=10)
+        assert (await client.message(made["address"], waited.id)).text_body.startswith("PIN: 7213")
+
+    def sync() -> list[str]:
+        with Client(url(harness), harness.admin_token) as client:
+            subjects = [m.subject for m in client.messages(made["address"])]
+            assert client.message(made["id"], client.messages(made["id"])[0].id).code == "7213"
+            assert client.wait_for(made["address"], timeout=10).code == "7213"
+            client.delete_mailbox(made["address"])
+            with pytest.raises(ApiError) as gone:
+                client.messages(made["address"])
+            assert gone.value.status == 404 and gone.value.message == "No such mailbox."
+            return subjects
+
+    assert await asyncio.to_thread(sync) == ["Welcome to the dashboard"]
+
+    other = await dashboard_mailbox(harness, "not-yours")
+    stranger = await harness.new_user()
+    async with AsyncClient(url(harness), stranger) as client:
+        for attempt in (client.messages(other["address"]), client.delete_mailbox(other["id"])):
+            with pytest.raises(ApiError) as refused:
+                await attempt
+            assert (refused.value.status, refused.value.code, refused.value.message) == (
+                404,
+                "not_found",
+                "No such mailbox.",
+            )
+    assert (await harness.http.get(f"/api/user/accounts/{other['id']}/messages", headers=harness.auth())).is_success
 
 
 @sqlite_only

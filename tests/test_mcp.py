@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from importlib import metadata
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp_types import CallToolResult, TextContent
 
 from tests.conftest import Harness, simple_message
+from tests.test_accounts import dashboard_mailbox
 
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 
@@ -123,3 +125,29 @@ async def test_mcp_treats_mail_as_untrusted(harness: Harness) -> None:
         plain = data(await client.call_tool("wait_for_message", wait))
         read = data(await client.call_tool("read_message", {"mailbox": address, "message_id": plain["id"]}))
         assert read["text_body"].startswith("Code 5512") and read["text_body_source"] == "the message's text/plain part"
+
+
+@sqlite_only
+async def test_mcp_server_info_carries_the_package_version(harness: Harness) -> None:
+    async with Client(mcp_server(harness)) as client:
+        assert client.server_info is not None
+        assert (client.server_info.name, client.server_info.version) == ("inboxd", metadata.version("inboxd"))
+
+
+@sqlite_only
+async def test_mcp_reaches_a_mailbox_made_in_the_dashboard(harness: Harness) -> None:
+    """The same user's mailbox made in the dashboard: the token's routes answer 404, the tools go
+    through the user's."""
+    made = await dashboard_mailbox(harness, "from-the-dashboard")
+    await harness.send(made["address"], simple_message(subject="Made by hand", body="Your code is 551 002."))
+    async with Client(mcp_server(harness)) as client:
+        listed = data(await client.call_tool("list_messages", {"mailbox": made["address"]}))["messages"]
+        assert [m["subject"] for m in listed] == ["Made by hand"]
+        waited = data(await client.call_tool("wait_for_message", {"mailbox": made["id"], "timeout": 10}))
+        assert waited["codes"] == ["551002"]
+        read = data(await client.call_tool("read_message", {"mailbox": made["address"], "message_id": waited["id"]}))
+        assert read["subject"] == "Made by hand" and read["codes"] == ["551002"]
+        assert data(await client.call_tool("delete_mailbox", {"mailbox": made["address"]})) == {
+            "deleted": made["address"]
+        }
+    assert (await harness.http.get("/api/user/accounts", headers=harness.auth())).json()["accounts"] == []

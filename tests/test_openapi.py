@@ -47,6 +47,20 @@ def test_responses_reference_the_structs_handlers_encode() -> None:
     assert document["components"]["schemas"]["PublicDomainOut"]["properties"]["pro_only"]["x-inboxd-extension"]
 
 
+def test_a_field_has_one_type_in_every_schema() -> None:
+    """`to` and `cc` are the documented string (`Name <addr>, addr2`) in the mailbox and the sandbox
+    detail alike; the sandbox's envelope is in `recipients`."""
+    schemas = build_document(api_routes(), base_url="http://localhost:8025", version="1")["components"]["schemas"]
+    for field in ("to", "cc"):
+        kinds = {
+            name: schema["properties"][field].get("type")
+            for name, schema in schemas.items()
+            if field in schema.get("properties", {})
+        }
+        assert {"MessageDetailOut", "SandboxDetailOut"} <= kinds.keys()
+        assert set(kinds.values()) == {"string"}, kinds
+
+
 @sqlite
 async def test_served_document_and_docs_page(harness: Harness) -> None:
     response = await harness.http.get("/api/openapi.json")

@@ -3,6 +3,7 @@ webhook recipe (`make run` with INBOXD_WEBHOOK_ALLOW_HTTP, `python -m inboxd.dev
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -67,6 +68,14 @@ def test_local_webhook_recipe_runs_as_shown(tmp_path: Path) -> None:
         for line in serve.stdout:
             if f":{http}" in line and "HTTP on" in line:
                 break
+        # The banner's sign-in command runs as printed, from where `make run` ran.
+        for line in serve.stdout:
+            hint = re.search(r"`([^`]*users sign-in-link[^`]*)`", line)
+            if hint:
+                break
+        assert hint and hint.group(1).startswith(f"INBOXD_DATA_DIR={data} .venv/bin/inboxd "), line
+        link = subprocess.run(["bash", "-c", hint.group(1)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert link.returncode == 0 and link.stdout.splitlines()[-1].startswith("http"), link.stderr
         # 2. the receiver, run from a directory whose data/bootstrap-token is this inboxd's.
         devhook = subprocess.Popen(
             ["bash", "-c", ports(commands[1]).replace(".venv/bin/python", sys.executable) + " --once"],
@@ -86,3 +95,62 @@ def test_local_webhook_recipe_runs_as_shown(tmp_path: Path) -> None:
     finally:
         os.killpg(serve.pid, signal.SIGTERM)
         serve.wait(timeout=30)
+
+
+def test_commands_name_what_make_run_installs() -> None:
+    """After `make run`, `inboxd` is not on PATH: shell examples say `.venv/bin/inboxd`, and the MCP
+    configuration an absolute path (`tests/test_first_hour.py` runs what `mcp --config` prints)."""
+    for shell in blocks(README, "sh"):
+        for line in shell.splitlines():
+            assert not re.match(r"\s*(\w+=\S+\s+)*inboxd\s", line), line
+    (mcp,) = [b for b in blocks(README, "json") if "mcpServers" in b]
+    assert json.loads(mcp)["mcpServers"]["inboxd"]["command"].startswith("/")
+
+
+def test_first_session_shows_what_a_204_did() -> None:
+    """A 204 has no body: the first session's curl steps that answer one print the status."""
+    (first,) = blocks(README[README.index("## A first session") :], "sh")[:1]
+    quiet = [line for line in first.splitlines() if re.search(r"curl .*-X (PUT|DELETE)", line)]
+    assert len(quiet) == 3
+    assert all("-w '%{http_code}\\n'" in line for line in quiet), quiet
+
+
+def test_first_session_sends_with_what_every_python_has() -> None:
+    (first,) = blocks(README[README.index("## A first session") :], "sh")[:1]
+    assert "import smtplib" in first and first.index("import smtplib") < first.index("swaks")
+
+
+def test_first_session_runs_as_shown(tmp_path: Path) -> None:
+    """The whole first session, on free ports, from a directory whose `data/` is the server's."""
+    (first,) = blocks(README[README.index("## A first session") :], "sh")[:1]
+    http, smtp = free_port(), free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("INBOXD_")},
+        "INBOXD_HTTP_PORT": str(http),
+        "INBOXD_SMTP_PORT": str(smtp),
+        "INBOXD_SUBMISSION_PORT": "0",
+        "INBOXD_DATA_DIR": str(tmp_path / "data"),
+    }
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "inboxd", "serve"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert serve.stdout is not None
+        for line in serve.stdout:
+            if "HTTP on" in line:
+                break
+        script = first.replace("8025", str(http)).replace("2525", str(smtp)).replace("python3", sys.executable)
+        done = subprocess.run(
+            ["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+    finally:
+        serve.terminate()
+        serve.communicate(timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert "Welcome! Your code is 123456." in done.stdout
+    assert done.stdout.splitlines()[-3:] == ["204", "204", "204"], done.stdout

@@ -116,8 +116,8 @@ async def test_sdk_fields_beyond_the_sdk_types(harness: Harness) -> None:
         await harness.http.get(f"/api/user/sandbox/messages/{listed['messages'][0]['id']}", headers=harness.auth(token))
     ).json()
     assert (detail["to"], detail["cc"], detail["bcc"]) == (
-        ["customer@example.org"],
-        ["sales@example.net"],
+        "customer@example.org",
+        "sales@example.net",
         ["hidden@example.com"],
     )
     # The quota counts what was captured.

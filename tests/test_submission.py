@@ -130,8 +130,8 @@ async def test_login_captures_every_recipient_once_and_relays_nothing(harness: H
     assert mailbox_list.json()["messages"] == []
     detail = (await harness.http.get(f"/api/user/sandbox/messages/{item['id']}", headers=sandbox.auth())).json()
     assert detail["recipients"] == recipients
-    assert detail["to"] == ["someone@example.test"]
-    assert detail["cc"] == []
+    assert detail["to"] == "someone@example.test"
+    assert detail["cc"] == ""
     # Envelope recipients the headers do not show are the blind copies.
     assert detail["bcc"] == recipients
     assert detail["text_body"].startswith("Your code is 123456.")
@@ -147,8 +147,8 @@ async def test_to_cc_bcc_as_headers_and_envelope_show_them(harness: Harness, san
     await asyncio.to_thread(sandbox.send, envelope, msg.as_bytes())
     item = (await sandbox.messages())[0]
     detail = (await harness.http.get(f"/api/user/sandbox/messages/{item['id']}", headers=sandbox.auth())).json()
-    assert detail["to"] == ["ann@example.org", "bob@example.org"]
-    assert detail["cc"] == ["carol@example.org"]
+    assert detail["to"] == "Ann <ann@example.org>, bob@example.org"
+    assert detail["cc"] == "carol@example.org"
     assert detail["bcc"] == ["dave@example.org"]
     assert detail["recipients"] == envelope
 

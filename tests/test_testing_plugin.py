@@ -1,11 +1,16 @@
 """The pytest plugin, run by pytest's own `pytester`: the embedded inboxd, a running one given by
-`--inboxd-url`, the `mailbox` and `sandbox` fixtures, and what a failed wait says. `wait_for`'s
-order is also checked directly, against a server whose clock the test holds still."""
+`--inboxd-url`, the `mailbox` and `sandbox` fixtures, what a failed wait says, and the README's
+example as written against a running inboxd. `wait_for`'s order is also checked directly, against
+a server whose clock the test holds still."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import smtplib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +24,7 @@ from tests.conftest import Harness, send_mail, simple_message
 from tests.serverproc import ServerProcess
 
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+ROOT = Path(__file__).resolve().parents[1]
 
 EMBEDDED_SUITE = """
 import smtplib
@@ -70,6 +76,18 @@ def test_failed_wait(inboxd, mailbox):
     send(inboxd, mailbox.address, "Welcome aboard", "Hello!")
     mailbox.wait_for(timeout=10)
     mailbox.wait_for(subject="Reset your password", timeout=1)
+
+
+def test_the_embedded_servers_sandbox_is_the_runs_own(sandbox):
+    message = EmailMessage()
+    message["From"] = "app@example.com"
+    message["To"] = "customer@example.org"
+    message["Subject"] = "Receipt"
+    message.set_content("Order 12 is paid.")
+    with smtplib.SMTP(sandbox.smtp_host, sandbox.smtp_port) as smtp:
+        smtp.login(sandbox.username, sandbox.password)
+        smtp.send_message(message)
+    assert sandbox.wait_for(timeout=20).subject == "Receipt"
 """
 
 REMOTE_SUITE = """
@@ -102,7 +120,7 @@ def test_sandbox(sandbox):
 def test_embedded_inboxd(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_app=EMBEDDED_SUITE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=240)
-    result.assert_outcomes(passed=3, failed=1)
+    result.assert_outcomes(passed=4, failed=1)
     result.stdout.fnmatch_lines(
         [
             "E * inboxd: a message with subject='Reset your password' newer than the one the previous wait_for "
@@ -123,6 +141,7 @@ async def test_running_inboxd_given_by_url(
         pytester.makepyfile(test_app=REMOTE_SUITE)
         monkeypatch.setenv("INBOXD_TOKEN", server.bootstrap_token)
         monkeypatch.setenv("EXPECTED_URL", url)
+        monkeypatch.setenv("INBOXD_EMPTY_SANDBOX", "1")  # the bootstrap user is this test's own
         args = ("-p", "no:cacheprovider", "--inboxd-url", url, "--inboxd-smtp", f"127.0.0.1:{server.smtp_port}")
         result = await asyncio.to_thread(pytester.runpytest_subprocess, *args, timeout=240)
         result.assert_outcomes(passed=2)
@@ -189,3 +208,95 @@ async def test_sandbox_fixture_skips_for_a_plan_without_one(harness: Harness, py
     result = await asyncio.to_thread(pytester.runpytest_subprocess, *args, timeout=120)
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED *the token's plan has no SMTP sandbox*"])
+
+
+README_CONFTEST = """
+import pytest
+
+from tests.sign_up_app import sign_up_page
+
+
+@pytest.fixture
+def page(inboxd):
+    with sign_up_page(inboxd) as tab:
+        yield tab
+"""
+
+
+def readme_example() -> str:
+    """The first Python block of the README's "Testing with inboxd", as written there."""
+    section = (ROOT / "README.md").read_text().split("\n## Testing with inboxd\n", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@contextlib.asynccontextmanager
+async def running_inboxd(where: str, make_settings: Any, tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
+    """A running inboxd's URL and bootstrap token: in this process, or `inboxd serve` on its own."""
+    if where == "in-process":
+        server = Inboxd(make_settings())
+        await server.start()
+        try:
+            assert server.bootstrap_token is not None
+            yield f"http://127.0.0.1:{server.http_port}", server.bootstrap_token
+        finally:
+            await server.stop()
+    else:
+        process = await ServerProcess.start(tmp_path / "served", INBOXD_PRO_CREATE_INTERVAL="0")
+        try:
+            assert process.bootstrap_token is not None
+            yield f"http://127.0.0.1:{process.http_port}", process.bootstrap_token
+        finally:
+            await process.stop()
+
+
+@sqlite_only
+@pytest.mark.parametrize("where", ["in-process", "inboxd serve"])
+async def test_readme_example_against_a_running_inboxd(
+    where: str, make_settings: Any, tmp_path: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given only `--inboxd-url` and a token, the plugin learns the SMTP address from the server
+    (`GET /api/server`), so the application under test mails the code where inboxd receives it."""
+    pytester.makeconftest(README_CONFTEST)
+    pytester.makepyfile(test_readme=readme_example())
+    paths = [str(ROOT / "src"), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))  # `tests.sign_up_app`, this tree's inboxd
+    async with running_inboxd(where, make_settings, tmp_path) as (url, token):
+        monkeypatch.setenv("INBOXD_TOKEN", token)
+        args = ("-p", "no:cacheprovider", "--inboxd-url", url)
+        result = await asyncio.to_thread(pytester.runpytest_subprocess, *args, timeout=240)
+    result.assert_outcomes(passed=1)
+
+
+SANDBOX_KEPT_SUITE = """
+def test_sandbox(sandbox):
+    assert sandbox.messages() == []
+"""
+
+
+@sqlite_only
+async def test_sandbox_fixture_leaves_a_running_servers_sandbox_alone(
+    harness: Harness, pytester: pytest.Pytester
+) -> None:
+    """Against a running server the token's user's sandbox may hold someone's mail: the fixture
+    empties it only when told that it is the run's own (`--inboxd-empty-sandbox`)."""
+    auth = harness.auth()
+    info = (await harness.http.get("/api/user/sandbox", headers=auth)).json()
+
+    def submit() -> None:
+        with smtplib.SMTP("127.0.0.1", harness.server.submission_port, timeout=30) as smtp:
+            smtp.login(info["username"], harness.admin_token)
+            smtp.send_message(simple_message(subject="Someone's captured mail"))
+
+    await asyncio.to_thread(submit)
+    pytester.makepyfile(test_app=SANDBOX_KEPT_SUITE)
+    url = f"http://127.0.0.1:{harness.server.http_port}"
+    args = ("-p", "no:cacheprovider", "--inboxd-url", url, "--inboxd-token", harness.admin_token)
+    result = await asyncio.to_thread(pytester.runpytest_subprocess, *args, timeout=120)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*is not a server this run started: pass --inboxd-empty-sandbox*"])
+    kept = (await harness.http.get("/api/user/sandbox/messages", headers=auth)).json()["messages"]
+    assert [m["subject"] for m in kept] == ["Someone's captured mail"]
+
+    told = await asyncio.to_thread(pytester.runpytest_subprocess, *args, "--inboxd-empty-sandbox", timeout=120)
+    told.assert_outcomes(passed=1)
+    assert (await harness.http.get("/api/user/sandbox/messages", headers=auth)).json()["messages"] == []

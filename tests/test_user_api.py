@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from inboxd.app import Inboxd
-from tests.conftest import Clock, Harness
+from tests.conftest import Clock, Harness, simple_message
 
 PROFILE_FIELDS = {
     "id",
@@ -29,6 +29,7 @@ PRO_TABLE = [
     ("GET", "/api/user/me", None),
     ("GET", "/api/user/accounts", None),
     ("GET", f"/api/user/accounts/{ANY_ID}/messages", None),
+    ("GET", f"/api/user/accounts/{ANY_ID}/messages/{ANY_ID}", None),
     ("DELETE", f"/api/user/accounts/{ANY_ID}", None),
     ("PUT", f"/api/user/accounts/{ANY_ID}/reset-password", {"password": "secret123"}),
     ("GET", "/api/user/domains", None),
@@ -203,11 +204,31 @@ async def test_other_users_mailboxes_answer_404(harness: Harness) -> None:
         ("DELETE", f"/api/user/accounts/{box['id']}", None),
         ("PUT", f"/api/user/accounts/{box['id']}/reset-password", {"password": "secret123"}),
         ("GET", f"/api/user/accounts/{ANY_ID}/messages", None),
+        ("GET", f"/api/user/accounts/{box['id']}/messages/{ANY_ID}", None),
         ("DELETE", "/api/user/accounts/not-a-mailbox", None),
     ):
         response = await harness.http.request(method, path, json=body, headers=harness.auth(other))
         assert response.status_code == 404 and response.json()["error"] == "not_found", path
     assert (await harness.http.get(f"/api/accounts/{box['id']}", headers=harness.auth(owner))).status_code == 200
+
+
+async def test_a_message_of_any_of_the_users_mailboxes(harness: Harness) -> None:
+    """`GET /api/user/accounts/{mailbox}/messages/{id}` reads a message of a mailbox another token of
+    the user made, as the token's own route reads it; not another user's."""
+    owner = await harness.new_user("pro")
+    box = await harness.new_mailbox(owner)
+    await harness.send(box["address"], simple_message(subject="Any token of mine"))
+    listed = await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth(owner))
+    message_id = listed.json()["messages"][0]["id"]
+    own = await harness.http.get(f"/api/accounts/{box['id']}/messages/{message_id}", headers=harness.auth(owner))
+    user = await user_of(harness, owner)
+    second = (await harness.server.services.users.create_token(user, "second")).value
+    for mailbox in (box["id"], box["address"]):
+        path = f"/api/user/accounts/{mailbox}/messages/{message_id}"
+        answer = await harness.http.get(path, headers=harness.auth(second))
+        assert answer.status_code == 200 and answer.json() == own.json()
+        refused = await harness.http.get(path, headers=harness.auth(await harness.new_user("pro")))
+        assert refused.status_code == 404 and refused.json()["message"] == "No such mailbox."
 
 
 async def test_delete_account(harness: Harness) -> None:

@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import uvicorn
+from prometheus_client import disable_created_metrics
 
 from inboxd.api.operations import metrics_app
 from inboxd.asgi import build_asgi
 from inboxd.config import Settings
 from inboxd.dns import DnsLookup
+from inboxd.errors import NotFound
 from inboxd.events import EventBus, LocalBus
 from inboxd.keyring import Keyring
 from inboxd.metrics import Metrics
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("inboxd")
 BOOTSTRAP_FILE = "bootstrap-token"
+BOOTSTRAP_ADMIN = "admin@localhost"
 
 
 async def open_database(settings: Settings, *, migrating: migrate.PendingUpgrade | None = None) -> Database:
@@ -173,6 +176,9 @@ class Inboxd:
         self._webhook_worker: WebhookWorker | None = None
         self._indexer: SearchIndexer | None = None
         self._stack = contextlib.AsyncExitStack()
+        # `*_created` series hold a start time per label set, which no dashboard here reads:
+        # prometheus_client's switch is process-wide, so the composition root sets it.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.metrics = Metrics()
         self._keyring: Keyring | None = None
 
@@ -467,7 +473,7 @@ class Inboxd:
         users = self.services.users
         if await users.has_users():
             return
-        admin = await users.create_user("admin@localhost", plan="pro", role="admin")
+        admin = await users.create_user(BOOTSTRAP_ADMIN, plan="pro", role="admin")
         created = await users.create_token(admin, "bootstrap")
         self.bootstrap_token = created.value
         self.bootstrap_link = await self.services.sign_in.issue_link(admin)
@@ -477,6 +483,13 @@ class Inboxd:
         with os.fdopen(fd, "w") as handle:
             handle.write(created.value + "\n")
         os.chmod(path, 0o600)
+
+    async def sign_in_email(self) -> str:
+        """Whom the start-up hint's sign-in command names: the bootstrap admin while it exists."""
+        try:
+            return (await self.services.users.user_by_email(BOOTSTRAP_ADMIN)).email
+        except NotFound:
+            return "YOUR_EMAIL"
 
     async def stop(self) -> None:
         """Stop every part that started, in reverse order. Each step runs even when an earlier
@@ -503,8 +516,11 @@ class Inboxd:
             await db.close()
 
 
-async def serve(settings: Settings, *, migrating: migrate.PendingUpgrade | None = None) -> None:
-    """Run until SIGINT or SIGTERM."""
+async def serve(
+    settings: Settings, *, migrating: migrate.PendingUpgrade | None = None, command: str = "inboxd"
+) -> None:
+    """Run until SIGINT or SIGTERM. `command` is how the printed hints name inboxd, so they run
+    as printed (`.venv/bin/inboxd` after `make run`)."""
     import signal
 
     server = Inboxd(settings, migrating=migrating)
@@ -522,14 +538,17 @@ async def serve(settings: Settings, *, migrating: migrate.PendingUpgrade | None 
             flush=True,
         )
         print(server.bootstrap_token, flush=True)
+    new_link = f"`{command} users sign-in-link --email {await server.sign_in_email()}`"
     if server.bootstrap_link:
         minutes = max(1, round(settings.sign_in_link_ttl / 60))
         print(
             f"inboxd: one-time dashboard sign-in link for admin@localhost (valid {minutes} minutes; "
-            "`inboxd users sign-in-link --email admin@localhost` prints a new one):",
+            f"{new_link} prints a new one):",
             flush=True,
         )
         print(server.bootstrap_link, flush=True)
+    else:
+        print(f"inboxd: dashboard at {settings.base_url}; a one-time sign-in link: {new_link}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

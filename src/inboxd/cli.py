@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import shlex
+import shutil
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -59,7 +63,30 @@ async def _with_users(settings: Settings, action: Callable[[UserService], Awaita
     return await _with_db(settings, lambda db: action(_users(db, settings)))
 
 
+def invocation() -> str:
+    """This inboxd's command as it can be typed again here: `inboxd` when that is the one on PATH,
+    else the path it was started by (`.venv/bin/inboxd` after `make run`), or `PYTHON -m inboxd`.
+    Every hint printed at start names it, so each one runs as printed."""
+    started = sys.argv[0]
+    if Path(started).name == "__main__.py":
+        return f"{_typed(sys.executable)} -m inboxd"
+    on_path = shutil.which("inboxd")
+    if on_path and os.path.realpath(on_path) == os.path.realpath(started):
+        return "inboxd"
+    return _typed(started)
+
+
+def _typed(path: str) -> str:
+    # A path under the working directory stays relative (`.venv/bin/inboxd`); the venv's own
+    # symlinks are kept, as resolving them would leave the venv.
+    relative = os.path.relpath(os.path.abspath(path))
+    if relative.startswith(".."):
+        return shlex.quote(os.path.abspath(path))
+    return shlex.quote(relative if os.sep in relative else f".{os.sep}{relative}")
+
+
 @click.group()
+@click.version_option(package_name="inboxd", prog_name="inboxd")
 def main() -> None:
     """inboxd: receivable mailboxes over SMTP, served through REST, WebSocket and webhooks."""
 
@@ -111,8 +138,10 @@ def serve(
     from inboxd.app import serve as run_server
     from inboxd.keyring import SecretKeyError
 
+    # Commands printed at start reach this data directory even when it came from --data-dir.
+    command = invocation() if data_dir is None else f"INBOXD_DATA_DIR={shlex.quote(str(data_dir))} {invocation()}"
     try:
-        _run(run_server(settings, migrating=migrating))
+        _run(run_server(settings, migrating=migrating, command=command))
     except SecretKeyError as exc:
         raise click.ClickException(f"secret key: {exc}") from exc
     except ListenError as exc:  # a port in use: one line naming the setting, not a traceback
@@ -120,11 +149,27 @@ def serve(
 
 
 @main.command("mcp")
-def mcp_command() -> None:
+@click.option("--config", "print_config", is_flag=True, help="Print an MCP client's configuration for this inboxd.")
+def mcp_command(print_config: bool) -> None:
     """Serve inboxd's MCP tools over stdio (configured by INBOXD_URL and INBOXD_TOKEN)."""
+    if print_config:
+        click.echo(json.dumps(mcp_config(), indent=2))
+        return
     from inboxd.mcp import run
 
     run()
+
+
+def mcp_config() -> dict[str, object]:
+    """An `mcpServers` entry whose command is this inboxd by absolute path: an MCP client starts
+    it from its own directory, where neither `.venv/bin/inboxd` nor PATH may lead here."""
+    if Path(sys.argv[0]).name == "__main__.py":
+        command, args = os.path.abspath(sys.executable), ["-m", "inboxd", "mcp"]
+    else:
+        command, args = os.path.abspath(shutil.which(sys.argv[0]) or sys.argv[0]), ["mcp"]
+    url = os.environ.get("INBOXD_URL") or _settings().base_url.rstrip("/")
+    env = {"INBOXD_URL": url, "INBOXD_TOKEN": "ibx_…"}
+    return {"mcpServers": {"inboxd": {"command": command, "args": args, "env": env}}}
 
 
 @main.command("migrate")

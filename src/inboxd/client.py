@@ -14,6 +14,11 @@ address wherever the API accepts either. Errors answer `ApiError` with the API's
 a wait that ends without a message raises `WaitTimedOut`. A 429 is retried after its
 `Retry-After` (a few times, at most 10 s each), so a test suite may run into the rate limits of a
 shared server without failing.
+
+`/api/accounts/...` answers only for the mailboxes the token made; the user's other mailboxes (made
+in the dashboard, or with another token) answer 404 there and are reached through the user's routes
+(`/api/user/accounts/{id}/...`, Pro). Listing, waiting, reading a message, deleting and resetting
+a password try the token's route, then the user's on a 404, and remember which one answered.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack
@@ -45,6 +50,7 @@ __all__ = [
     "NoCodeFound",
     "SandboxInfo",
     "SandboxMessage",
+    "ServerInfo",
     "WaitTimedOut",
 ]
 
@@ -216,8 +222,8 @@ class SandboxMessage(_Detail):
     """A message the SMTP sandbox captured: the detail plus where it was sent."""
 
     recipients: tuple[str, ...] = ()
-    to: tuple[str, ...] = ()
-    cc: tuple[str, ...] = ()
+    to: str = ""  # as in `Message`; the envelope is in `recipients`
+    cc: str = ""
     bcc: tuple[str, ...] = ()
 
     @classmethod
@@ -225,8 +231,8 @@ class SandboxMessage(_Detail):
         return cls(
             **cls._common(data),
             recipients=tuple(data.get("recipients", ())),
-            to=tuple(data.get("to", ())),
-            cc=tuple(data.get("cc", ())),
+            to=data.get("to", ""),
+            cc=data.get("cc", ""),
             bcc=tuple(data.get("bcc", ())),
         )
 
@@ -248,6 +254,21 @@ class SandboxInfo:
             address=data["address"],
             raw=data,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """`GET /api/server`: the server's version and where its SMTP listener receives mail."""
+
+    version: str
+    smtp_host: str
+    smtp_port: int
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Json) -> ServerInfo:
+        smtp = data["smtp"]
+        return cls(version=data["version"], smtp_host=smtp["host"], smtp_port=smtp["port"], raw=data)
 
 
 # --- operations ----------------------------------------------------------------------------------------
@@ -359,6 +380,10 @@ def _mailbox(response: httpx.Response) -> Mailbox:
     return Mailbox.from_json(_json(response))
 
 
+def _server_info(response: httpx.Response) -> ServerInfo:
+    return ServerInfo.from_json(_json(response))
+
+
 class _Ops:
     """Every API operation as a `_Call`; the clients run them."""
 
@@ -389,6 +414,15 @@ class _Ops:
     @staticmethod
     def reset_password(mailbox: str, password: str) -> _Call[None]:
         return _Call("PUT", f"/api/accounts/{_seg(mailbox)}/reset-password", _nothing, body={"password": password})
+
+    @staticmethod
+    def delete_account(account: str) -> _Call[None]:
+        return _Call("DELETE", f"/api/user/accounts/{_seg(account)}", _nothing)
+
+    @staticmethod
+    def reset_account_password(account: str, password: str) -> _Call[None]:
+        path = f"/api/user/accounts/{_seg(account)}/reset-password"
+        return _Call("PUT", path, _nothing, body={"password": password})
 
     @staticmethod
     def messages(base: str, page: int, flt: dict[str, str]) -> _Call[list[MessageSummary]]:
@@ -455,12 +489,23 @@ def _wait_slices(timeout: float) -> tuple[float, float]:
 # --- the clients ---------------------------------------------------------------------------------------
 
 
+def _not_found(exc: ApiError) -> bool:
+    return exc.status == 404 and exc.code == "not_found"
+
+
 class _Base:
     def __init__(self, base_url: str, token: str | None, timeout: float) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._timeout = timeout
+        # Mailboxes (as named by the caller) that answered through the user's routes: they go
+        # there directly from then on, rather than through a 404 each time.
+        self._users: set[str] = set()
+
+    @staticmethod
+    def _key(mailbox: str) -> str:
+        return mailbox.strip().lower()
 
     def _request_args(self, call: _Call[Any]) -> dict[str, Any]:
         args: dict[str, Any] = {"params": call.params or None, "headers": self._headers}
@@ -500,9 +545,33 @@ class Client(_Base):
             raise _error(response)
         raise AssertionError("unreachable")
 
+    def _either(self, mailbox: str, own: Callable[[], T], users: Callable[[], T]) -> T:
+        """`own` (the token's route); on its 404, `users` (the user's route), whose own refusal
+        (403 for a free plan or a mailbox token, 404) gives way to the first 404."""
+        key = self._key(mailbox)
+        if key in self._users:
+            return users()
+        try:
+            return own()
+        except ApiError as exc:
+            if not _not_found(exc):
+                raise
+            try:
+                found = users()
+            except ApiError as again:
+                if again.status in (403, 404):
+                    raise exc from None
+                raise
+            self._users.add(key)
+            return found
+
     # mailboxes
     def health(self) -> Json:
         return self._run(_Ops.health())
+
+    def server(self) -> ServerInfo:
+        """The server's version and where its SMTP listener receives mail (`GET /api/server`)."""
+        return self._run(_Ops.get("/api/server", _server_info))
 
     def domains(self) -> list[Json]:
         return self._run(_Ops.domains())
@@ -520,22 +589,44 @@ class Client(_Base):
         return self._run(_Ops.mailbox(mailbox))
 
     def delete_mailbox(self, mailbox: str) -> None:
-        self._run(_Ops.delete_mailbox(mailbox))
+        self._either(
+            mailbox,
+            lambda: self._run(_Ops.delete_mailbox(mailbox)),
+            lambda: self._run(_Ops.delete_account(mailbox)),
+        )
 
     def reset_password(self, mailbox: str, password: str) -> None:
-        self._run(_Ops.reset_password(mailbox, password))
+        self._either(
+            mailbox,
+            lambda: self._run(_Ops.reset_password(mailbox, password)),
+            lambda: self._run(_Ops.reset_account_password(mailbox, password)),
+        )
 
     # messages
     def messages(self, mailbox: str, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:
         """A page of 30, newest first. Filters: q, from_, to, subject, unread, has_attachments, since, until."""
-        return self._run(_Ops.messages(_box(mailbox), page, _filters(**filters)))
+        flt = _filters(**filters)
+        return self._either(
+            mailbox,
+            lambda: self._run(_Ops.messages(_box(mailbox), page, flt)),
+            lambda: self._run(_Ops.messages(_account(mailbox), page, flt)),
+        )
 
     def message(self, mailbox: str, message_id: str) -> Message:
-        return self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}", _message))
+        return self._either(
+            mailbox,
+            lambda: self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}", _message)),
+            lambda: self._run(_Ops.get(f"{_account(mailbox)}/{_seg(message_id)}", _message)),
+        )
 
     def wait_for(self, mailbox: str, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> Message:
         """The newest message the filters keep, once there is one; `WaitTimedOut` after `timeout` s."""
-        return self._wait(_box(mailbox), _filters(**filters), timeout, _message)
+        flt = _filters(**filters)
+        return self._either(
+            mailbox,
+            lambda: self._wait(_box(mailbox), flt, timeout, _message),
+            lambda: self._wait(_account(mailbox), flt, timeout, _message),
+        )
 
     def source(self, mailbox: str, message_id: str) -> bytes:
         return self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/source", _bytes))
@@ -564,7 +655,7 @@ class Client(_Base):
         return self._run(_Ops.get("/api/user/accounts", _json, {"cursor": cursor} if cursor else None))
 
     def delete_account(self, account_id: str) -> None:
-        self._run(_Ops.send("DELETE", f"/api/user/accounts/{_seg(account_id)}", _nothing))
+        self._run(_Ops.delete_account(account_id))
 
     def account_messages(self, account_id: str, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:
         return self._run(_Ops.messages(_account(account_id), page, _filters(**filters)))
@@ -672,8 +763,30 @@ class AsyncClient(_Base):
             raise _error(response)
         raise AssertionError("unreachable")
 
+    async def _either(self, mailbox: str, own: Callable[[], Awaitable[T]], users: Callable[[], Awaitable[T]]) -> T:
+        """As `Client._either`."""
+        key = self._key(mailbox)
+        if key in self._users:
+            return await users()
+        try:
+            return await own()
+        except ApiError as exc:
+            if not _not_found(exc):
+                raise
+            try:
+                found = await users()
+            except ApiError as again:
+                if again.status in (403, 404):
+                    raise exc from None
+                raise
+            self._users.add(key)
+            return found
+
     async def health(self) -> Json:
         return await self._run(_Ops.health())
+
+    async def server(self) -> ServerInfo:
+        return await self._run(_Ops.get("/api/server", _server_info))
 
     async def domains(self) -> list[Json]:
         return await self._run(_Ops.domains())
@@ -690,19 +803,41 @@ class AsyncClient(_Base):
         return await self._run(_Ops.mailbox(mailbox))
 
     async def delete_mailbox(self, mailbox: str) -> None:
-        await self._run(_Ops.delete_mailbox(mailbox))
+        await self._either(
+            mailbox,
+            lambda: self._run(_Ops.delete_mailbox(mailbox)),
+            lambda: self._run(_Ops.delete_account(mailbox)),
+        )
 
     async def reset_password(self, mailbox: str, password: str) -> None:
-        await self._run(_Ops.reset_password(mailbox, password))
+        await self._either(
+            mailbox,
+            lambda: self._run(_Ops.reset_password(mailbox, password)),
+            lambda: self._run(_Ops.reset_account_password(mailbox, password)),
+        )
 
     async def messages(self, mailbox: str, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:
-        return await self._run(_Ops.messages(_box(mailbox), page, _filters(**filters)))
+        flt = _filters(**filters)
+        return await self._either(
+            mailbox,
+            lambda: self._run(_Ops.messages(_box(mailbox), page, flt)),
+            lambda: self._run(_Ops.messages(_account(mailbox), page, flt)),
+        )
 
     async def message(self, mailbox: str, message_id: str) -> Message:
-        return await self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}", _message))
+        return await self._either(
+            mailbox,
+            lambda: self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}", _message)),
+            lambda: self._run(_Ops.get(f"{_account(mailbox)}/{_seg(message_id)}", _message)),
+        )
 
     async def wait_for(self, mailbox: str, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> Message:  # noqa: ASYNC109
-        return await self._wait(_box(mailbox), _filters(**filters), timeout, _message)
+        flt = _filters(**filters)
+        return await self._either(
+            mailbox,
+            lambda: self._wait(_box(mailbox), flt, timeout, _message),
+            lambda: self._wait(_account(mailbox), flt, timeout, _message),
+        )
 
     async def source(self, mailbox: str, message_id: str) -> bytes:
         return await self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/source", _bytes))
@@ -730,7 +865,7 @@ class AsyncClient(_Base):
         return await self._run(_Ops.get("/api/user/accounts", _json, {"cursor": cursor} if cursor else None))
 
     async def delete_account(self, account_id: str) -> None:
-        await self._run(_Ops.send("DELETE", f"/api/user/accounts/{_seg(account_id)}", _nothing))
+        await self._run(_Ops.delete_account(account_id))
 
     async def account_messages(
         self, account_id: str, page: int = 1, **filters: Unpack[Filters]

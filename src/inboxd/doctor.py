@@ -2,7 +2,8 @@
 
 Each check answers ok, warn or fail with one sentence of what was found and, when something is
 wrong, what to do. Nothing is changed: the database is opened read-only (no migration), ports
-are bound and let go at once.
+are bound and let go at once. A port that is taken is asked who holds it: a running inboxd (its
+`/healthz` answers, its SMTP greeting names it) is reported as running, not as a problem.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ import errno
 import os
 import socket
 import sqlite3
+import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from inboxd.config import Settings
 from inboxd.services.space import free_bytes
+from inboxd.store import migrate
 
 Level = Literal["ok", "warn", "fail"]
 
@@ -82,12 +86,17 @@ def check_database(settings: Settings) -> list[Finding]:
     if settings.is_postgres:
         try:
             import psycopg
+            from psycopg import sql
 
             with psycopg.connect(_psycopg_url(settings.resolved_database_url), connect_timeout=5) as pg:
-                pg.execute("SELECT 1")
+                table = sql.Identifier(*filter(None, [settings.database_schema, "alembic_version"]))
+                try:
+                    row = pg.execute(sql.SQL("SELECT version_num FROM {}").format(table)).fetchone()
+                except psycopg.errors.UndefinedTable:
+                    row = None
         except Exception as exc:
             return [Finding("database", "fail", f"cannot reach PostgreSQL: {_first_line(exc)}")]
-        return [Finding("database", "ok", "PostgreSQL answers.")]
+        return [_schema_finding("PostgreSQL answers", row[0] if row else None)]
     path = Path(settings.resolved_database_url.removeprefix("sqlite:///"))
     if not path.exists():
         return [Finding("database", "ok", f"no database yet at {path}; inboxd creates it at first start.")]
@@ -102,7 +111,26 @@ def check_database(settings: Settings) -> list[Finding]:
         return [Finding("database", "fail", f"{path} cannot be read as a SQLite database: {exc}.")]
     if result != ("ok",):
         return [Finding("database", "fail", f"{path} failed SQLite's quick check: {result}. Restore a backup.")]
-    return [Finding("database", "ok", f"SQLite at {path} is sound (schema {version[0] if version else 'none'}).")]
+    return [_schema_finding(f"SQLite at {path} is sound", version[0] if version else None)]
+
+
+def _schema_finding(found: str, revision: str | None) -> Finding:
+    """The database's schema revision against the migrations this inboxd ships."""
+    head = migrate.head_revision()
+    if revision == head:
+        return Finding("database", "ok", f"{found} (schema {head}).")
+    if revision is None:
+        return Finding("database", "ok", f"{found}; no schema yet: inboxd builds it at first start.")
+    if revision not in migrate.revisions():
+        return Finding(
+            "database", "fail", f"{found}, but its schema {revision} is newer than this inboxd's ({head}): upgrade it."
+        )
+    return Finding(
+        "database",
+        "warn",
+        f"{found}; migrations are pending (schema {revision}, this inboxd's is {head}): "
+        "`inboxd migrate`, or the next start, applies them.",
+    )
 
 
 def _psycopg_url(url: str) -> str:
@@ -164,6 +192,16 @@ def check_dns(settings: Settings) -> list[Finding]:
                 "Check INBOXD_DNS_NAMESERVERS.",
             )
         ]
+    if found == "missing" and _is_localhost(settings.resolved_mx_host):
+        # RFC 6761: such names never leave this machine; the laptop default has no public MX.
+        return [
+            Finding(
+                "dns",
+                "ok",
+                f"{where} answers; {settings.resolved_mx_host} is a .localhost name (this machine only: set "
+                "INBOXD_MX_HOST to a public name to receive mail for custom domains).",
+            )
+        ]
     if found == "missing":
         return [
             Finding(
@@ -176,7 +214,13 @@ def check_dns(settings: Settings) -> list[Finding]:
     return [Finding("dns", "ok", f"{where} answers; {settings.resolved_mx_host} is {found}.")]
 
 
-def check_port(label: str, variable: str, host: str, port: int) -> Finding:
+def _is_localhost(name: str) -> bool:
+    return name == "localhost" or name.endswith(".localhost")
+
+
+def check_port(label: str, variable: str, host: str, port: int, *, held_by_us: Callable[[str, int], bool]) -> Finding:
+    if port == 0:
+        return Finding(label, "ok", f"{variable}=0: a free port is picked at start.")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -184,7 +228,9 @@ def check_port(label: str, variable: str, host: str, port: int) -> Finding:
             sock.bind((host, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                why = "is already in use (another inboxd, or another program, listens there)"
+                if held_by_us(host, port):
+                    return Finding(label, "ok", f"{host}:{port}: inboxd is running there.")
+                why = "is already in use by another program"
             elif exc.errno == errno.EACCES:
                 why = "needs privileges (ports under 1024 need root or CAP_NET_BIND_SERVICE)"
             elif exc.errno == errno.EADDRNOTAVAIL:
@@ -195,12 +241,56 @@ def check_port(label: str, variable: str, host: str, port: int) -> Finding:
     return Finding(label, "ok", f"{host}:{port} is free.")
 
 
+def _reachable(host: str) -> str:
+    """Where to connect for a listener bound to `host` (a wildcard is reached on loopback)."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    return "::1" if host == "::" else host
+
+
+PROBE_TIMEOUT = 3.0
+
+
+def _healthz_answers(host: str, port: int) -> bool:
+    target = _reachable(host)
+    netloc = f"[{target}]:{port}" if ":" in target else f"{target}:{port}"
+    try:
+        with urllib.request.urlopen(f"http://{netloc}/healthz", timeout=PROBE_TIMEOUT) as answer:
+            return bool(answer.status == 200 and b'"ok"' in answer.read(256))
+    except (OSError, ValueError):
+        return False
+
+
+def _greets_as_inboxd(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((_reachable(host), port), timeout=PROBE_TIMEOUT) as conn:
+            greeting = conn.recv(512)
+    except OSError:
+        return False
+    return greeting.startswith(b"220 ") and b" ESMTP inboxd " in greeting
+
+
 def run_checks(settings: Settings) -> list[Finding]:
     findings = check_config(settings)
     findings += check_data_dir(settings)
     findings += check_database(settings)
     findings += check_redis(settings)
     findings += check_dns(settings)
-    findings.append(check_port("http port", "INBOXD_HTTP_PORT", settings.http_host, settings.http_port))
-    findings.append(check_port("smtp port", "INBOXD_SMTP_PORT", settings.smtp_host, settings.smtp_port))
+    findings.append(
+        check_port("http port", "INBOXD_HTTP_PORT", settings.http_host, settings.http_port, held_by_us=_healthz_answers)
+    )
+    findings.append(
+        check_port(
+            "smtp port", "INBOXD_SMTP_PORT", settings.smtp_host, settings.smtp_port, held_by_us=_greets_as_inboxd
+        )
+    )
+    findings.append(
+        check_port(
+            "submission port",
+            "INBOXD_SUBMISSION_PORT",
+            settings.submission_host,
+            settings.submission_port,
+            held_by_us=_greets_as_inboxd,
+        )
+    )
     return findings

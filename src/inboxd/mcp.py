@@ -4,7 +4,10 @@ official `mcp` SDK. The tools talk to a running inboxd through `inboxd.client`, 
 
 Tools: `create_mailbox`, `list_messages`, `read_message`, `wait_for_message` (subject, from,
 codes and links of the message that arrives) and `delete_mailbox`. An API error comes back as a
-tool error whose text is the API's code and message, so the agent can read and correct it.
+tool error whose text is the API's code and message, so the agent can read and correct it. A
+mailbox of the token's user made elsewhere (in the dashboard, with another token) is listed,
+read, waited on and deleted through the user's routes (the client falls back to them);
+`serverInfo` carries the package's version.
 
 Mail is written by whoever sends it, so it is untrusted input for the agent: a tool gives the text
 body only (an HTML-only message as the text a reader sees, hidden elements dropped, so text styled
@@ -23,6 +26,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
+from inboxd import package_version
 from inboxd.client import ApiError, AsyncClient, Filters, Message, MessageSummary, WaitTimedOut
 from inboxd.mail.html_view import visible_text
 
@@ -113,7 +117,9 @@ READS = ToolAnnotations(read_only_hint=True)
 
 def build_server(client: AsyncClient) -> MCPServer:
     """The MCP server whose tools act through `client`."""
-    server: MCPServer = MCPServer(name="inboxd", instructions=INSTRUCTIONS, log_level="WARNING")
+    server: MCPServer = MCPServer(
+        name="inboxd", version=package_version(), instructions=INSTRUCTIONS, log_level="WARNING"
+    )
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
     async def create_mailbox(address: str | None = None) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from inboxd.api import accounts, checks, docs, messages, operations, public, sandbox, user, webhooks
+from inboxd.api import accounts, checks, docs, messages, operations, public, sandbox, server, user, webhooks
 
 
 def api_routes() -> list[BaseRoute]:
@@ -19,4 +19,5 @@ def api_routes() -> list[BaseRoute]:
         *webhooks.routes,
         *docs.routes,
         *operations.routes,
+        *server.routes,
     ]

@@ -4,7 +4,10 @@ The request id is the client's `X-Request-ID` when it is a plausible one (1-64 c
 letters, digits, `.`, `_`, `-`), otherwise a fresh one; it is set for the log lines written
 while the request runs and returned in `X-Request-ID`. The route label is the matched route's
 template (`/api/accounts/{mailbox}`), never the raw path, so the metrics' label set stays small;
-an unmatched path counts as `unmatched`.
+an unmatched path counts as `unmatched`. The templates of every route the application serves (the
+API's, given at construction, and the dashboard's pages, read from the application's own route
+list the first time a request reaches it) are looked up by the endpoint the router matched: one
+dictionary lookup a request.
 """
 
 from __future__ import annotations
@@ -52,6 +55,14 @@ class Observe:
         self.app = app
         self.metrics = metrics
         self.templates = route_templates(routes)
+        self._learned: set[int] = set()
+
+    def _learn(self, app: object) -> None:
+        """Add the templates of `app`'s routes (the router sets `scope["app"]`), once per app."""
+        if id(app) in self._learned:
+            return
+        self._learned.add(id(app))
+        self.templates.update(route_templates(getattr(app, "routes", ())))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -76,7 +87,12 @@ class Observe:
             await self.app(scope, receive, send_observed)
         finally:
             elapsed = time.perf_counter() - started
-            route = self.templates.get(scope.get("endpoint"), "unmatched")
+            endpoint = scope.get("endpoint")
+            route = self.templates.get(endpoint)
+            if route is None:
+                if endpoint is not None and "app" in scope:
+                    self._learn(scope["app"])
+                route = self.templates.get(endpoint, "unmatched")
             method = scope["method"]
             self.metrics.http_requests.labels(method, route, str(status)).inc()
             self.metrics.http_latency.labels(method, route).observe(elapsed)

@@ -394,8 +394,8 @@ class SandboxDetailOut(msgspec.Struct):
     html_body: str
     attachments: list[AttachmentOut]
     recipients: Recipients
-    to: Annotated[list[str], msgspec.Meta(description="Addresses of the To header.")]
-    cc: Annotated[list[str], msgspec.Meta(description="Addresses of the Cc header.")]
+    to: Annotated[str, msgspec.Meta(description="As in the message detail.")]
+    cc: Annotated[str, msgspec.Meta(description="As in the message detail.")]
     bcc: Annotated[
         list[str],
         msgspec.Meta(description="A Bcc header's addresses and the envelope recipients the headers do not show."),
@@ -605,8 +605,8 @@ def sandbox_detail(d: SandboxDetail) -> SandboxDetailOut:
         html_body=base.html_body,
         attachments=base.attachments,
         recipients=list(d.recipients),
-        to=list(d.to),
-        cc=list(d.cc),
+        to=base.to,
+        cc=base.cc,
         bcc=list(d.bcc),
         is_read=base.is_read,
         headers=base.headers,

@@ -16,7 +16,7 @@ from inboxd.api.openapi import Query, describe
 from inboxd.http.body import read_json
 from inboxd.http.pipeline import Call, endpoint
 from inboxd.http.query import page_number
-from inboxd.http.responses import json_response, no_content
+from inboxd.http.responses import json_response, json_stream_response, no_content
 
 pro = endpoint(pro=True)
 
@@ -78,6 +78,24 @@ async def wait_account_message(request: Request, call: Call) -> Response:
     flt, timeout = message_filter(request), wait_timeout(request)
     mailbox = await call.services.mailboxes.find(call.principal, request.path_params["id"], scope="user")
     return await wait_response(request, call.services.waits.wait(mailbox, flt, within=timeout), schemas.message_detail)
+
+
+@describe(
+    "Get a message of any of the user's mailboxes",
+    tag="pro",
+    description="As `GET /api/accounts/{mailbox}/messages/{id}`, for a mailbox made in the dashboard or "
+    "with another token; reading does not mark the message read.",
+    response=schemas.MessageDetailOut,
+    errors=(404, 410),
+    extension=True,
+)
+@pro
+async def get_account_message(request: Request, call: Call) -> Response:
+    messages = call.services.messages
+    read = messages.detail_in(request.path_params["id"])
+    opened = await call.services.mailboxes.read_in(call.principal, request.path_params["mailbox"], read, scope="user")
+    detail = await messages.detail_of(opened)
+    return json_stream_response(schemas.message_detail(detail), fields=("text_body", "html_body"))
 
 
 @describe("Delete any of the user's mailboxes", tag="pro", status=204, errors=(404,))
@@ -186,6 +204,7 @@ routes = [
     Route("/api/user/accounts/{id}", delete_account, methods=["DELETE"]),
     Route("/api/user/accounts/{id}/messages", list_account_messages, methods=["GET"]),
     Route("/api/user/accounts/{id}/messages/wait", wait_account_message, methods=["GET"]),
+    Route("/api/user/accounts/{mailbox}/messages/{id}", get_account_message, methods=["GET"]),
     Route("/api/user/accounts/{id}/reset-password", reset_account_password, methods=["PUT"]),
     Route("/api/user/domains", list_domains, methods=["GET"]),
     Route("/api/user/domains", add_domain, methods=["POST"]),

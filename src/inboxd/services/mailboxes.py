@@ -103,6 +103,12 @@ class MailboxService:
         """Where senders deliver mail for these mailboxes, as the dashboard tells a newcomer."""
         return self._settings.resolved_smtp_hostname, self._smtp_port
 
+    def smtp_endpoint_for(self, asked_host: str) -> tuple[str, int]:
+        """Where an API client reaches the receiving listener (`GET /api/server`), given the host
+        of the URL it used: see `reachable_host`."""
+        host = reachable_host(self._settings.smtp_host, hostname=self._settings.smtp_hostname, asked_host=asked_host)
+        return host, self._smtp_port
+
     def public_domains(self) -> list[PublicDomain]:
         return self._public
 
@@ -223,8 +229,10 @@ class MailboxService:
                 mailbox = await store.get_by_address(tx, ref)
             else:
                 mailbox = None
-            if mailbox is None or not _reaches(principal, mailbox, scope):
+            if mailbox is None:
                 raise NotFound("No such mailbox.")
+            if not _reaches(principal, mailbox, scope):
+                raise NotFound(_unreached(principal, mailbox))
             if mailbox.kind == "sandbox":
                 require_pro(principal.user)  # as /api/user/sandbox: a downgraded user keeps it, closed
             return await work(tx, mailbox)
@@ -346,6 +354,41 @@ def _decode_cursor(cursor: str) -> tuple[float, str]:
 
 async def _itself(tx: Tx, mailbox: Mailbox) -> Mailbox:
     return mailbox
+
+
+_WILDCARDS = frozenset({"", "0.0.0.0", "::", "*"})
+
+
+def reachable_host(listener_host: str, *, hostname: str, asked_host: str) -> str:
+    """The host a client can reach a listener at: `INBOXD_SMTP_HOSTNAME` when the operator set
+    one; else the address the listener is bound to; else, for a listener on every address, the
+    host of the URL the client reached the API at, where the same machine answers."""
+    if hostname:
+        return hostname
+    if listener_host.strip("[]") not in _WILDCARDS:
+        return listener_host
+    return asked_host or "localhost"
+
+
+def _unreached(principal: Principal, mailbox: Mailbox) -> str:
+    """The 404's message for a mailbox the caller may not reach this way. Only an API token of the
+    mailbox's own user learns that it exists, and where it does answer: anyone else (another
+    user, a mailbox token) gets the message of a mailbox that does not exist."""
+    if principal.is_mailbox_token or principal.user.id != mailbox.user_id:
+        return "No such mailbox."
+    if mailbox.kind == "sandbox":
+        return "No such mailbox for this token: that is your SMTP sandbox, at /api/user/sandbox/messages."
+    where = f"/api/user/accounts/{mailbox.id}"
+    made = "in the dashboard or with another API token"
+    if principal.user.is_pro:
+        return (
+            f"No such mailbox for this token: it is one of your mailboxes, made {made}, and "
+            f"/api/accounts/... reaches only the mailboxes a token made. Use {where}/messages."
+        )
+    return (
+        f"No such mailbox for this token: it is one of your mailboxes, made {made}, and "
+        f"/api/accounts/... reaches only the mailboxes a token made; {where} (the user's routes) needs Pro."
+    )
 
 
 def _reaches(principal: Principal, mailbox: Mailbox, scope: Scope) -> bool:

@@ -76,8 +76,6 @@ class SandboxInfo:
 class SandboxDetail:
     detail: MessageDetail
     recipients: tuple[str, ...]
-    to: tuple[str, ...]
-    cc: tuple[str, ...]
     bcc: tuple[str, ...]
 
 
@@ -261,8 +259,6 @@ class SandboxService:
         return SandboxDetail(
             detail=detail,
             recipients=envelope,
-            to=named.to,
-            cc=named.cc,
             bcc=tuple(dict.fromkeys(hidden)),
         )
 

@@ -38,15 +38,20 @@ _HEAD_MARK = "-- inboxd schema at revision "
 _REVISION = re.compile(r"^(down_revision|revision)\s*=\s*(?:\"([^\"]*)\"|None)", re.MULTILINE)
 
 
+def revisions() -> dict[str, str | None]:
+    """Each migration's revision and the one it builds on, read from the scripts."""
+    found: dict[str, str | None] = {}
+    for script in (MIGRATIONS / "versions").glob("*.py"):
+        named = {name: value or None for name, value in _REVISION.findall(script.read_text(encoding="utf-8"))}
+        if named.get("revision"):
+            found[str(named["revision"])] = named.get("down_revision")
+    return found
+
+
 def head_revision() -> str:
     """The newest revision, read from the migration scripts (the one no script builds on)."""
-    revisions: set[str] = set()
-    parents: set[str] = set()
-    for script in (MIGRATIONS / "versions").glob("*.py"):
-        for name, value in _REVISION.findall(script.read_text(encoding="utf-8")):
-            if value:
-                (revisions if name == "revision" else parents).add(value)
-    heads = revisions - parents
+    known = revisions()
+    heads = set(known) - {parent for parent in known.values() if parent}
     if len(heads) != 1:
         raise RuntimeError(f"the migrations must have exactly one head, found {sorted(heads)}")
     return heads.pop()

@@ -395,8 +395,9 @@ FORMAT = "2"  # 2: FTS5 rowid from created_at, a mailbox word in every document
 
 async def rebuild_if_stale(tx: Tx) -> bool:
     """Empty the index and flag every message for indexing when it was built by another format;
-    True when it did."""
-    if await tx.fetchval("SELECT value FROM meta WHERE key = 'search_format'") == FORMAT:
+    True when it did. A new database (no format recorded yet) only gets the mark: False."""
+    built_by = await tx.fetchval("SELECT value FROM meta WHERE key = 'search_format'")
+    if built_by == FORMAT:
         return False
     if tx.dialect != "postgresql":
         await tx.execute("DELETE FROM message_fts")
@@ -407,4 +408,4 @@ async def rebuild_if_stale(tx: Tx) -> bool:
         FORMAT,
         FORMAT,
     )
-    return True
+    return built_by is not None

@@ -2,7 +2,8 @@
 
 Fixtures: `inboxd` (session: an embedded inboxd, or the one `--inboxd-url` / `INBOXD_URL` names),
 `mailbox` (a fresh mailbox per test, deleted after it) and `sandbox` (the user's SMTP sandbox,
-emptied before the test). See the README's "Testing with inboxd".
+emptied before the test: the embedded server's, or a running server's with `--inboxd-empty-sandbox`).
+See the README's "Testing with inboxd".
 """
 
 from inboxd.testing.mailbox import TestMailbox, TestSandbox

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-import pytest
+try:
+    import pytest
+except ImportError as exc:  # the entry point is only loaded by pytest, but an import by hand is not
+    raise ImportError("inboxd's pytest plugin needs pytest: pip install 'inboxd[pytest]'") from exc
 
 from inboxd.client import ApiError
 from inboxd.testing.mailbox import TestMailbox, TestSandbox
@@ -23,7 +26,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--inboxd-smtp",
         default=None,
-        help="Its SMTP address as host:port, for `inboxd.send` (else INBOXD_SMTP).",
+        help="Its SMTP address as host:port (else INBOXD_SMTP; else what the server says, GET /api/server).",
+    )
+    group.addoption(
+        "--inboxd-empty-sandbox",
+        action="store_true",
+        default=False,
+        help="Let the `sandbox` fixture empty the token's user's SMTP sandbox before each test "
+        "(else INBOXD_EMPTY_SANDBOX=1): give a token of a user kept for test runs.",
     )
 
 
@@ -39,6 +49,7 @@ def inboxd(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
             raise pytest.UsageError("--inboxd-url / INBOXD_URL needs an API token: --inboxd-token or INBOXD_TOKEN")
         smtp = config.getoption("--inboxd-smtp") or os.environ.get("INBOXD_SMTP")
         server = connect(url, token, smtp)
+        server.sandbox_ours = bool(config.getoption("--inboxd-empty-sandbox")) or _flag("INBOXD_EMPTY_SANDBOX")
     else:
         server = start_embedded(tmp_path_factory.mktemp("inboxd"))
     try:
@@ -62,11 +73,19 @@ def mailbox(inboxd: InboxdServer) -> Iterator[TestMailbox]:
                 raise
 
 
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 @pytest.fixture
 def sandbox(inboxd: InboxdServer) -> Iterator[TestSandbox]:
     """The token's user's SMTP sandbox, emptied before the test (so tests using it run one at a
     time against one server). Skips the test when the server has no sandbox (404) or the token's
-    plan has none (403 `pro_required`)."""
+    plan has none (403 `pro_required`).
+
+    Emptying deletes mail, so it happens only to a sandbox that is the run's own: the embedded
+    server's, or, against a running server, the token's user's once `--inboxd-empty-sandbox` says
+    that user is kept for tests. Otherwise the test errors, and the sandbox is left as it was."""
     try:
         info = inboxd.client.sandbox()
     except ApiError as exc:
@@ -75,6 +94,14 @@ def sandbox(inboxd: InboxdServer) -> Iterator[TestSandbox]:
         if exc.status == 403 and exc.code == "pro_required":
             pytest.skip(f"the token's plan has no SMTP sandbox: {exc.message}")
         raise
+    if not inboxd.sandbox_ours:
+        pytest.fail(
+            f"inboxd: the `sandbox` fixture empties the SMTP sandbox of the token's user before each test, "
+            f"and {inboxd.url} is not a server this run started: pass --inboxd-empty-sandbox "
+            "(or INBOXD_EMPTY_SANDBOX=1) with a token of a user kept for test runs "
+            "(`inboxd users create --email ci@example.com --plan pro`, then `inboxd tokens create`).",
+            pytrace=False,
+        )
     box = TestSandbox(inboxd.client, info, password=inboxd.token)
     box.purge()
     yield box

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
 
-from inboxd.client import AsyncClient, Client
+from inboxd.client import ApiError, AsyncClient, Client
 
 _LISTENING = re.compile(r"HTTP on (http://\S+)\s+SMTP on (\S+):(\d+)")
 _START_TIMEOUT = 60.0
@@ -46,6 +46,9 @@ class InboxdServer:
     smtp_host: str | None = None
     smtp_port: int | None = None
     embedded: bool = False
+    # Whether the `sandbox` fixture may empty the token's user's sandbox: the embedded server's
+    # is the run's own; a running server's only when the run is told so (`--inboxd-empty-sandbox`).
+    sandbox_ours: bool = False
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     log_path: Path | None = field(default=None, repr=False)
     _client: Client | None = field(default=None, repr=False)
@@ -127,17 +130,28 @@ def start_embedded(data_dir: Path) -> InboxdServer:
         smtp_host=found.group(2),
         smtp_port=int(found.group(3)),
         embedded=True,
+        sandbox_ours=True,
         process=process,
         log_path=log_path,
     )
 
 
 def connect(url: str, token: str, smtp: str | None = None) -> InboxdServer:
-    """A running inboxd; `smtp` is its SMTP address as `host:port`, if the tests need to send mail."""
-    host = port = None
+    """A running inboxd. `smtp` (`host:port`) says where its SMTP listener is; without it, the
+    server says so itself (`GET /api/server`)."""
+    server = InboxdServer(url=url.rstrip("/"), token=token)
+    server.client.health()
     if smtp:
         host, _, port_text = smtp.rpartition(":")
-        port = int(port_text)
-    server = InboxdServer(url=url.rstrip("/"), token=token, smtp_host=host or None, smtp_port=port)
-    server.client.health()
+        server.smtp_host, server.smtp_port = host.strip("[]") or None, int(port_text)
+    else:
+        try:
+            info = server.client.server()
+        except ApiError as exc:
+            # An inboxd older than `GET /api/server` answers 404: the address stays unknown, and
+            # `send` asks for --inboxd-smtp.
+            if exc.status != 404:
+                raise
+        else:
+            server.smtp_host, server.smtp_port = info.smtp_host, info.smtp_port
     return server
