@@ -57,10 +57,18 @@ $(NGINX):
 	for deb in tests/.nginx-debs/*.deb; do dpkg-deb -x "$$deb" tests/.nginx; done
 	rm -rf tests/.nginx-debs
 
+# rspamd for the spam-score tests (tests/test_checks_spam.py), from Debian's package; the tests run
+# it themselves in the foreground on 127.0.0.1 with a configuration of their own, never the
+# system's service (without its recommended Redis, which the checks do not need).
+RSPAMD := /usr/bin/rspamd
+
+$(RSPAMD):
+	$$(command -v flock >/dev/null && echo flock /tmp/apt.lock) sh -c 'apt-get install -y -q --no-install-recommends rspamd || { apt-get update -q && apt-get install -y -q --no-install-recommends rspamd; }'
+
 # Most tests wait on sockets, processes and browsers more than they compute, so two workers
 # halve the wall time on two cores; the tests with bounds on time or memory (marked `alone`)
 # then run by themselves, as their bounds assume.
-pytest: $(TEST_STAMP) $(IDP_STAMP) services $(CHROMIUM) $(NGINX)
+pytest: $(TEST_STAMP) $(IDP_STAMP) services $(CHROMIUM) $(NGINX) $(RSPAMD)
 	$(BIN)/pytest -n 2 -m "not alone"
 	$(BIN)/pytest -m alone
 

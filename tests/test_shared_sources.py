@@ -194,7 +194,7 @@ def test_migration_0002_upgrades_and_downgrades_with_data(backend: str, tmp_path
 def test_sqlite_template_has_shared_sources(sqlite_template: Path) -> None:
     with sqlite3.connect(sqlite_template) as conn:
         columns = {r[1] for r in conn.execute("PRAGMA table_info(message_sources)")}
-    assert columns == {"id", "raw", "refs"}
+    assert columns == {"id", "raw", "refs", "client_ip", "helo"}
 
 
 async def test_one_full_mailbox_refuses_the_message_for_all_and_charges_none(make_settings: Any, clock: Any) -> None:

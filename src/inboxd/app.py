@@ -31,6 +31,7 @@ from inboxd.errors import NotFound
 from inboxd.events import EventBus, LocalBus
 from inboxd.keyring import Keyring
 from inboxd.metrics import Metrics
+from inboxd.services.checks.reports import CheckService
 from inboxd.services.credentials import MailboxTokens
 from inboxd.services.domains import DomainService
 from inboxd.services.export import ExportService
@@ -245,6 +246,7 @@ class Inboxd:
         await services.admission.start()
         stack.push_async_callback(self._flush_last_used)
         stack.push_async_callback(services.admission.stop)
+        stack.push_async_callback(services.checks.close)
         # Under `--workers N` the first worker alone bootstraps and sweeps: the sweep's expiry
         # charges `used` back, which two processes at once could do twice on PostgreSQL. Webhook
         # delivery and search indexing claim their rows and run in every worker.
@@ -361,6 +363,7 @@ class Inboxd:
             sandboxes=SandboxService(db, settings=settings, messages=messages, tokens=mailbox_tokens, clock=clock),
             waits=WaitService(messages, bus, admission=admission, settings=settings),
             exports=ExportService(db, clock=clock),
+            checks=CheckService(db, settings=settings, messages=messages, clock=clock),
             space=self._space_guard(),
         )
 

@@ -29,10 +29,13 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
 
 import httpx
+
+if TYPE_CHECKING:
+    from inboxd.mail.checks.report import CheckReport
 
 __all__ = [
     "ApiError",
@@ -292,6 +295,19 @@ def _nothing(response: httpx.Response) -> None:
 
 def _bytes(response: httpx.Response) -> bytes:
     return response.content
+
+
+def _report(response: httpx.Response) -> CheckReport:
+    import msgspec
+
+    from inboxd.mail.checks.report import CheckReport
+
+    return msgspec.json.decode(response.content, type=CheckReport)
+
+
+def _checks(mailbox: str, message_id: str, refresh_links: bool) -> _Call[CheckReport]:
+    query = {"refresh": "links"} if refresh_links else None
+    return _Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/checks", _report, query)
 
 
 def _seg(value: str) -> str:
@@ -615,6 +631,10 @@ class Client(_Base):
     def source(self, mailbox: str, message_id: str) -> bytes:
         return self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/source", _bytes))
 
+    def checks(self, mailbox: str, message_id: str, *, refresh_links: bool = False) -> CheckReport:
+        """The message's check report (computed by the server at the first request, then kept)."""
+        return self._run(_checks(mailbox, message_id, refresh_links))
+
     def attachment(self, mailbox: str, message_id: str, index: int) -> bytes:
         return self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/attachments/{index}", _bytes))
 
@@ -821,6 +841,10 @@ class AsyncClient(_Base):
 
     async def source(self, mailbox: str, message_id: str) -> bytes:
         return await self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/source", _bytes))
+
+    async def checks(self, mailbox: str, message_id: str, *, refresh_links: bool = False) -> CheckReport:
+        """The message's check report (computed by the server at the first request, then kept)."""
+        return await self._run(_checks(mailbox, message_id, refresh_links))
 
     async def attachment(self, mailbox: str, message_id: str, index: int) -> bytes:
         return await self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/attachments/{index}", _bytes))

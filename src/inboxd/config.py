@@ -99,6 +99,20 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     webhook_lease: float = 60.0
     webhook_shutdown_grace: float = 5.0
 
+    # Message checks (services/checks): links are fetched on request only, through the webhooks'
+    # address guard unless `link_check_allow_private`; at most `link_check_rate` URLs per minute and
+    # user, `link_check_concurrency` at once, each answer kept `link_check_cache_ttl` seconds.
+    link_check_allow_private: bool = False
+    link_check_timeout: float = 10.0
+    link_check_max_redirects: int = 10
+    link_check_concurrency: int = 8
+    link_check_rate: float = 120.0
+    link_check_cache_ttl: float = 600.0
+    # rspamd's HTTP API (the normal worker, e.g. http://127.0.0.1:11333); empty: no spam score.
+    rspamd_url: str = ""
+    rspamd_password: str = ""
+    rspamd_timeout: float = 20.0
+
     domain_verify_window: float = 259200.0
     # Seconds between two DNS checks of one custom domain (a verify sooner answers 429).
     domain_verify_interval: float = 5.0
@@ -226,6 +240,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             msgspec.structs.force_setattr(self, name, value)
         if self.metrics_listen:
             self.metrics_address  # noqa: B018 - a value that is not host:port stops the start here
+        if self.rspamd_url and urlsplit(self.rspamd_url).scheme not in ("http", "https"):
+            raise SettingsError(f"INBOXD_RSPAMD_URL: {self.rspamd_url!r} is not an http(s) URL")
+        if self.link_check_concurrency < 1 or self.link_check_rate <= 0 or self.link_check_max_redirects < 0:
+            raise SettingsError(
+                "INBOXD_LINK_CHECK_CONCURRENCY and INBOXD_LINK_CHECK_RATE must be positive, "
+                "INBOXD_LINK_CHECK_MAX_REDIRECTS at least 0"
+            )
 
     @property
     def metrics_address(self) -> tuple[str, int] | None:

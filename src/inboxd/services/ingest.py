@@ -135,10 +135,14 @@ class IngestService:
         recipients: Sequence[Recipient],
         raw: bytes | bytearray,
         envelope: Sequence[str] | None = None,
+        client_ip: str | None = None,
+        helo: str | None = None,
     ) -> list[str]:
         """Store one copy per recipient in one transaction; returns the message ids after commit.
 
-        `envelope`, the RCPT addresses, is kept with each copy when given (the SMTP sandbox's capture).
+        `envelope`, the RCPT addresses, is kept with each copy when given (the SMTP sandbox's capture);
+        `client_ip` and `helo`, what the SMTP session knew of its client, are kept with the bytes
+        (the authentication check's SPF needs them).
         """
         size = len(raw)
         if size > OFF_LOOP_BYTES:
@@ -151,8 +155,11 @@ class IngestService:
         copies = [self._copy(r, summary, sender=sender, size=size, now=now) for r in recipients]
         # One row of bytes for the delivery, however many mailboxes it reaches.
         source_id = str(uuid.uuid4())
+        client_ip, helo = _storable_or_none(client_ip), _storable_or_none(helo)
         items = [
-            message_store.NewMessage(summary=c, raw_compressed=compressed, source_id=source_id, envelope=kept)
+            message_store.NewMessage(
+                summary=c, raw_compressed=compressed, source_id=source_id, envelope=kept, client_ip=client_ip, helo=helo
+            )
             for c in copies
         ]
         addresses = {r.mailbox.id: r.mailbox.address for r in recipients}
@@ -226,6 +233,10 @@ def storable(text: str) -> str:
     if text.isascii() and "\x00" not in text:
         return text
     return without_surrogates(text).replace("\x00", "\ufffd")
+
+
+def _storable_or_none(text: str | None) -> str | None:
+    return None if text is None else storable(text)
 
 
 def _event(copy: MessageSummary, address: str, user_id: str) -> NewMailEvent:

@@ -219,6 +219,14 @@ class MessageService:
     async def source(self, mailbox: Mailbox, message_id: str) -> bytes:
         return await self._raw(await self._live(mailbox, message_id))
 
+    async def live(self, mailbox: Mailbox, message_id: str) -> MessageSummary:
+        """A message of the mailbox that is there and not expired (404 and 410 otherwise)."""
+        return await self._live(mailbox, message_id)
+
+    async def raw_of(self, summary: MessageSummary) -> bytes:
+        """The bytes of a message `live` answered."""
+        return await self._raw(summary)
+
     async def attachment(self, mailbox: Mailbox, message_id: str, index: str) -> AttachmentContent:
         if not (index.isascii() and index.isdigit()):
             raise InvalidRequest("The attachment index must be a non-negative integer.", code="invalid_index")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from inboxd.config import Settings
 from inboxd.events import EventBus
+from inboxd.services.checks.reports import CheckService
 from inboxd.services.credentials import MailboxTokens
 from inboxd.services.domains import DomainService
 from inboxd.services.export import ExportService
@@ -43,5 +44,7 @@ class Services:
     sandboxes: SandboxService
     waits: WaitService
     exports: ExportService
+    # A message's check report (issue 24), computed on request and kept.
+    checks: CheckService
     # The free-space guard (INBOXD_MIN_FREE_BYTES): API writes answer 507 while space is low.
     space: SpaceGuard = field(default_factory=disabled)

@@ -106,11 +106,18 @@ class SessionHooks(Protocol):
         ...
 
     def deliver(
-        self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes | bytearray
+        self,
+        *,
+        sender: str,
+        recipients: Sequence[Recipient],
+        envelope: Sequence[str],
+        raw: bytes | bytearray,
+        client: tuple[str, str | None],
     ) -> Awaitable[object]:
         """Store the message (committed when the awaitable is done); `envelope` is every accepted
-        RCPT address. A plain function returning the ingest's awaitable, so no frame of the hook
-        keeps `raw` alive while the commit waits (ingest lets go of it once compressed)."""
+        RCPT address, `client` the client's address and HELO name (kept for the SPF check). A plain
+        function returning the ingest's awaitable, so no frame of the hook keeps `raw` alive while
+        the commit waits (ingest lets go of it once compressed)."""
         ...
 
     def tls_started(self) -> None:
@@ -145,9 +152,15 @@ class Reception:
         return await self._ingest.resolve(address, declared_size=declared_size)
 
     def deliver(
-        self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes | bytearray
+        self,
+        *,
+        sender: str,
+        recipients: Sequence[Recipient],
+        envelope: Sequence[str],
+        raw: bytes | bytearray,
+        client: tuple[str, str | None],
     ) -> Awaitable[object]:
-        return self._ingest.deliver(sender=sender, recipients=recipients, raw=raw)
+        return self._ingest.deliver(sender=sender, recipients=recipients, raw=raw, client_ip=client[0], helo=client[1])
 
     def tls_started(self) -> None:
         return None
@@ -656,7 +669,11 @@ class _Session(asyncio.Protocol):
         # No local here keeps the bytes: ingest lets go of them once they are compressed.
         assert self.sender is not None
         await self.hooks.deliver(
-            sender=self.sender, recipients=self.recipients, envelope=self.envelope, raw=await self._raw(message)
+            sender=self.sender,
+            recipients=self.recipients,
+            envelope=self.envelope,
+            raw=await self._raw(message),
+            client=(self.peer, self.helo),
         )
 
     async def _raw(self, message: _Message) -> bytearray:

@@ -118,9 +118,17 @@ class _SubmissionSession:
         return recipient
 
     def deliver(
-        self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes | bytearray
+        self,
+        *,
+        sender: str,
+        recipients: Sequence[Recipient],
+        envelope: Sequence[str],
+        raw: bytes | bytearray,
+        client: tuple[str, str | None],
     ) -> Awaitable[object]:
-        stored = self.listener.ingest.deliver(sender=sender, recipients=recipients, raw=raw, envelope=envelope)
+        stored = self.listener.ingest.deliver(
+            sender=sender, recipients=recipients, raw=raw, envelope=envelope, client_ip=client[0], helo=client[1]
+        )
         return self._after(stored)
 
     async def _after(self, stored: Awaitable[object]) -> None:

@@ -101,6 +101,7 @@ async def delete(tx: Tx, mailbox_id: str) -> None:
     await release_sources(tx, [r["source_id"] for r in held])
     ids = "SELECT id FROM messages WHERE mailbox_id = ?"
     await tx.execute(f"DELETE FROM message_details WHERE message_id IN ({ids})", mailbox_id)
+    await tx.execute(f"DELETE FROM message_checks WHERE message_id IN ({ids})", mailbox_id)
     await search.forget_mailbox(tx, mailbox_id)
     await tx.execute("DELETE FROM messages WHERE mailbox_id = ?", mailbox_id)
     await tx.execute("DELETE FROM mailboxes WHERE id = ?", mailbox_id)

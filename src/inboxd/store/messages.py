@@ -28,18 +28,24 @@ class NewMessage:
     source_id: str
     # The envelope recipients as a JSON list, kept for mail the SMTP sandbox captured.
     envelope: str | None = None
+    # Reception data, kept with the source (one per delivery): the SMTP client's address and HELO.
+    client_ip: str | None = None
+    helo: str | None = None
 
 
 async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
     """Insert stored copies (their sizes are charged by `charge`), each source once."""
     refs: dict[str, int] = {}
-    raws: dict[str, bytes] = {}
+    firsts: dict[str, NewMessage] = {}
     for m in items:
         refs[m.source_id] = refs.get(m.source_id, 0) + 1
-        raws.setdefault(m.source_id, m.raw_compressed)
+        firsts.setdefault(m.source_id, m)
     await tx.executemany(
-        "INSERT INTO message_sources (id, raw, refs) VALUES (?, ?, ?)",
-        [(source_id, raws[source_id], count) for source_id, count in refs.items()],
+        "INSERT INTO message_sources (id, raw, refs, client_ip, helo) VALUES (?, ?, ?, ?, ?)",
+        [
+            (source_id, firsts[source_id].raw_compressed, count, firsts[source_id].client_ip, firsts[source_id].helo)
+            for source_id, count in refs.items()
+        ],
     )
     await tx.executemany(
         f"INSERT INTO messages ({COLUMNS}, source_id, envelope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -74,8 +80,9 @@ WITH charged AS (
     WHERE b.id = x.id AND b.used + x.size <= b.quota
     RETURNING b.id
 ), sources AS (
-    INSERT INTO message_sources (id, raw, refs)
-    SELECT * FROM unnest(CAST(? AS text[]), CAST(? AS bytea[]), CAST(? AS integer[]))
+    INSERT INTO message_sources (id, raw, refs, client_ip, helo)
+    SELECT * FROM unnest(CAST(? AS text[]), CAST(? AS bytea[]), CAST(? AS integer[]), CAST(? AS text[]),
+                         CAST(? AS text[]))
 ), copies AS (
     INSERT INTO messages ({COLUMNS}, source_id, envelope)
     SELECT x.id, x.mailbox_id, x.sender, x.from_header, x.subject, x.preview_text, x.size, 0,
@@ -96,19 +103,21 @@ async def insert_charged(tx: Tx, items: Sequence[NewMessage], *, hook_users: Seq
     `hook_users`, in one statement; None (the caller rolls back) when a mailbox is full."""
     sizes: dict[str, int] = {}
     refs: dict[str, int] = {}
-    raws: dict[str, bytes] = {}
+    firsts: dict[str, NewMessage] = {}
     for m in items:
         sizes[m.summary.mailbox_id] = sizes.get(m.summary.mailbox_id, 0) + m.summary.size
         refs[m.source_id] = refs.get(m.source_id, 0) + 1
-        raws.setdefault(m.source_id, m.raw_compressed)
+        firsts.setdefault(m.source_id, m)
     copies = [m.summary for m in items]
     rows = await tx.fetch(
         _INSERT_CHARGED,
         list(sizes),
         list(sizes.values()),
         list(refs),
-        [raws[s] for s in refs],
+        [firsts[s].raw_compressed for s in refs],
         list(refs.values()),
+        [firsts[s].client_ip for s in refs],
+        [firsts[s].helo for s in refs],
         [c.id for c in copies],
         [c.mailbox_id for c in copies],
         [c.sender for c in copies],
@@ -196,6 +205,41 @@ async def save_detail(tx: Tx, message_id: str, detail: str) -> None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ReceptionData:
+    """What the SMTP session knew of a delivery: the MAIL FROM address, the client and its HELO
+    (both None for mail stored before they were recorded, or not received over SMTP)."""
+
+    mail_from: str
+    client_ip: str | None
+    helo: str | None
+
+
+async def reception(tx: Tx, message_id: str) -> ReceptionData | None:
+    row = await tx.fetchrow(
+        "SELECT m.sender, s.client_ip, s.helo FROM messages m JOIN message_sources s ON s.id = m.source_id "
+        "WHERE m.id = ?",
+        message_id,
+    )
+    return None if row is None else ReceptionData(str(row[0]), row[1], row[2])
+
+
+async def checks_json(tx: Tx, message_id: str) -> str | None:
+    value = await tx.fetchval("SELECT report FROM message_checks WHERE message_id = ?", message_id)
+    return None if value is None else str(value)
+
+
+async def save_checks(tx: Tx, message_id: str, report: str, *, now: float) -> None:
+    """Keep a message's check report; replaces the one kept before (a refresh)."""
+    await tx.execute(
+        "INSERT INTO message_checks (message_id, report, checked_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (message_id) DO UPDATE SET report = excluded.report, checked_at = excluded.checked_at",
+        message_id,
+        report,
+        now,
+    )
+
+
 async def mark_read(tx: Tx, mailbox_id: str, message_ids: Sequence[str], *, now: float) -> int:
     """Mark unread live messages read; returns how many changed."""
     if not message_ids:
@@ -244,6 +288,7 @@ async def soft_delete(tx: Tx, mailbox_id: str, message_id: str) -> bool:
         await tx.execute("UPDATE mailboxes SET used = used - ? WHERE id = ?", row["size"], mailbox_id)
     await release_sources(tx, [row["source_id"]])
     await tx.execute("DELETE FROM message_details WHERE message_id = ?", message_id)
+    await tx.execute("DELETE FROM message_checks WHERE message_id = ?", message_id)
     await search.forget(tx, [message_id])
     return True
 
@@ -295,6 +340,7 @@ async def purge(tx: Tx, *, expired_before: float, limit: int) -> int:
         expired = await tx.fetch(PURGE_EXPIRED, expired_before, limit - len(ids))
         await release_sources(tx, [r["source_id"] for r in expired])
         await tx.executemany("DELETE FROM message_details WHERE message_id = ?", [(r["id"],) for r in expired])
+        await tx.executemany("DELETE FROM message_checks WHERE message_id = ?", [(r["id"],) for r in expired])
         ids.extend((r["id"],) for r in expired)
     if ids:
         await search.forget(tx, [i for (i,) in ids])

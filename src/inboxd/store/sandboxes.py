@@ -99,6 +99,7 @@ async def delete_all(tx: Tx, mailbox_id: str) -> int:
     await tx.executemany("UPDATE messages SET deleted = 1 WHERE id = ?", ids)
     await message_store.release_sources(tx, [r["source_id"] for r in rows])
     await tx.executemany("DELETE FROM message_details WHERE message_id = ?", ids)
+    await tx.executemany("DELETE FROM message_checks WHERE message_id = ?", ids)
     await search.forget(tx, [r["id"] for r in rows])
     if freed:
         await tx.execute("UPDATE mailboxes SET used = used - ? WHERE id = ?", freed, mailbox_id)

@@ -126,6 +126,10 @@ message_sources = sa.Table(
     sa.Column("id", sa.Text, primary_key=True),
     sa.Column("raw", sa.LargeBinary, nullable=False),
     sa.Column("refs", sa.Integer, nullable=False, server_default="1"),
+    # Reception data of the delivery, for the authentication check (SPF): the SMTP client's address
+    # and its HELO name; null for mail received before they were recorded.
+    sa.Column("client_ip", sa.Text),
+    sa.Column("helo", sa.Text),
 )
 
 # The full parse, made on first open and kept (JSON of bodies and attachment table).
@@ -134,6 +138,15 @@ message_details = sa.Table(
     metadata,
     sa.Column("message_id", sa.Text, primary_key=True),
     sa.Column("detail", sa.Text, nullable=False),
+)
+
+# A message's check report (services/checks.py), computed on first request and kept (JSON).
+message_checks = sa.Table(
+    "message_checks",
+    metadata,
+    sa.Column("message_id", sa.Text, primary_key=True),
+    sa.Column("report", sa.Text, nullable=False),
+    sa.Column("checked_at", Ts, nullable=False),
 )
 
 # One per user, made on first use: the SMTP sandbox's username and the mailbox it captures into.

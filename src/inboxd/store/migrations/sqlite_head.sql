@@ -1,4 +1,4 @@
--- inboxd schema at revision 0007
+-- inboxd schema at revision 0008
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -53,6 +53,12 @@ CREATE TABLE mailboxes (
 	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE, 
 	UNIQUE (address)
 );
+CREATE TABLE message_checks (
+	message_id TEXT NOT NULL, 
+	report TEXT NOT NULL, 
+	checked_at DOUBLE NOT NULL, 
+	PRIMARY KEY (message_id)
+);
 CREATE TABLE message_details (
 	message_id TEXT NOT NULL, 
 	detail TEXT NOT NULL, 
@@ -72,7 +78,7 @@ CREATE TABLE message_search (
 CREATE TABLE "message_sources" (
 	id TEXT NOT NULL, 
 	raw BLOB NOT NULL, 
-	refs INTEGER DEFAULT '1' NOT NULL, 
+	refs INTEGER DEFAULT '1' NOT NULL, client_ip TEXT, helo TEXT, 
 	PRIMARY KEY (id)
 );
 CREATE TABLE "messages" (
@@ -198,4 +204,4 @@ CREATE INDEX ix_webhook_deliveries_webhook ON webhook_deliveries (webhook_id, cr
 CREATE INDEX ix_webhook_jobs_due ON webhook_jobs (due_at);
 CREATE INDEX ix_webhook_jobs_webhook ON webhook_jobs (webhook_id);
 CREATE INDEX ix_webhooks_user ON webhooks (user_id, created_at);
-INSERT INTO alembic_version (version_num) VALUES ('0007');
+INSERT INTO alembic_version (version_num) VALUES ('0008');
