@@ -55,7 +55,7 @@ async def test_dashboard_creations_hold_to_the_api_creation_interval(make_settin
         _, token = await user_with_token(h, "free@example.test", "free")
         async with signed_in(h, "free@example.test") as client:
             made = await form(client, h, "/mailboxes", "/mailboxes", local="one", domain=h.domain, password="secret123")
-            assert made.status_code == 201, made.text
+            assert made.status_code == 303, made.text  # to the new mailbox
             held = await form(client, h, "/mailboxes", "/mailboxes", local="two", domain=h.domain, password="secret123")
             assert held.status_code == 429 and int(held.headers["retry-after"]) >= 7
             assert held.headers["x-ops-used"]  # admitted and answered as the API's creation is
@@ -68,7 +68,7 @@ async def test_dashboard_creations_hold_to_the_api_creation_interval(make_settin
             again = await form(
                 client, h, "/mailboxes", "/mailboxes", local="two", domain=h.domain, password="secret123"
             )
-            assert again.status_code == 201, again.text
+            assert again.status_code == 303, again.text
 
 
 async def test_a_user_at_the_mailbox_cap_is_told_so_before_any_costly_work(make_settings: Any, clock: Clock) -> None:
@@ -208,11 +208,12 @@ async def test_the_sandbox_stays_pro_only(harness: Harness) -> None:
             page, data={"password": "chosen-by-me", "csrf_token": csrf_of(shown.text)}, headers=origin(harness)
         )
         assert refused.status_code == 403 and "no password" in refused.text
-        assert (await client.get(f"/mailboxes/{sandbox.id}")).status_code == 200
+        as_mailbox = await client.get(f"/mailboxes/{sandbox.id}")
+        assert as_mailbox.status_code == 303 and as_mailbox.headers["location"] == "/sandbox"  # its own place
 
         # A downgraded user keeps the sandbox, closed: every page of it answers as the API does.
         await services.users.update_user(user, plan="free")
-        for path in ("/sandbox", f"/mailboxes/{sandbox.id}", f"/mailboxes/{sandbox.id}/rows"):
+        for path in ("/sandbox", "/sandbox/rows", f"/mailboxes/{sandbox.id}", f"/mailboxes/{sandbox.id}/rows"):
             answer = await client.get(path)
             assert answer.status_code == 403 and "Pro account" in answer.text, path
         live = await client.post(

@@ -10,13 +10,15 @@ and shown in an `<iframe sandbox>` without scripts or our origin.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from inboxd.errors import NotFound
 from inboxd.http.query import page_number
 from inboxd.http.responses import content_disposition
 from inboxd.mail.html_view import content_security_policy
@@ -29,12 +31,34 @@ from inboxd.web.pages import WebCall, page, redirect, render
 MAX_PAGE_TEXT = 256 * 1024
 MAX_PAGE_SOURCE = 256 * 1024
 MAILBOXES_PER_PAGE = 50
-TABS = ("html", "text", "headers", "source")
+SANDBOX = "/sandbox"
+
+
+@dataclass(frozen=True, slots=True)
+class Tab:
+    """One view of a message: `?tab=<key>` shows `templates/message_tabs/<key>.html`. A new view
+    (a check, say) adds its entry here and its template."""
+
+    key: str
+    label: str
+
+
+TABS = (
+    Tab("html", "HTML"),
+    Tab("text", "Text"),
+    Tab("links", "Links"),
+    Tab("headers", "Headers"),
+    Tab("source", "Source"),
+)
+TAB_KEYS = frozenset(t.key for t in TABS)
 _NOTICES = {
     "deleted": "The message was deleted.",
     "mailbox_deleted": "The mailbox was deleted, with all its messages.",
     "password_reset": "The password was changed. Earlier mailbox tokens stop working.",
+    "created": "Mailbox created: it receives mail at once.",
 }
+# The session's key for a generated password on its way to the new mailbox's page.
+_NEW_PASSWORD = "new_mailbox_password"
 
 
 def _principal(call: WebCall) -> Principal:
@@ -42,17 +66,28 @@ def _principal(call: WebCall) -> Principal:
 
 
 async def _mailbox(call: WebCall, request: Request) -> Mailbox:
+    """The mailbox the path names: `/mailboxes/{mailbox}/...`, or the user's sandbox under `/sandbox/...`."""
+    if "mailbox" not in request.path_params:
+        return await call.services.sandboxes.mailbox(call.user)
     return await call.services.mailboxes.find(_principal(call), request.path_params["mailbox"], scope="user")
+
+
+async def _ordinary_mailbox(call: WebCall, request: Request) -> Mailbox:
+    """A mailbox that has a password and can be deleted: the sandbox has neither (its service
+    answers "No such mailbox" to a delete), so its forms are not found either."""
+    mailbox = await _mailbox(call, request)
+    if await call.services.sandboxes.is_sandbox(mailbox):
+        raise NotFound("No such mailbox.")
+    return mailbox
+
+
+def home_of(mailbox: Mailbox) -> str:
+    """Where a mailbox's list lives: the sandbox is its own place in the dashboard, not a mailbox."""
+    return SANDBOX if mailbox.kind == "sandbox" else f"/mailboxes/{mailbox.id}"
 
 
 @page()
 async def mailboxes(request: Request, call: WebCall) -> Response:
-    return await _mailboxes(request, call)
-
-
-async def _mailboxes(
-    request: Request, call: WebCall, *, created: tuple[Mailbox, str | None] | None = None, status: int = 200
-) -> Response:
     services = call.services
     cursor = request.query_params.get("cursor", "")
     boxes, next_cursor = await services.mailboxes.page_for_user(call.user, cursor, limit=MAILBOXES_PER_PAGE)
@@ -60,14 +95,11 @@ async def _mailboxes(
         request,
         call,
         "mailboxes.html",
-        status=status,
         mailboxes=boxes,
         unread=await services.messages.unread_counts(boxes),
         domains=await services.mailboxes.domains_for(call.user),
         next_cursor=next_cursor,
-        created=created,
         notice=_NOTICES.get(request.query_params.get("notice", ""), ""),
-        form=call.form,
     )
 
 
@@ -81,12 +113,32 @@ async def create_mailbox(request: Request, call: WebCall) -> Response:
         password=form.get("password", ""),
         admit=call.admit_creation,
     )
-    return await _mailboxes(request, call, created=(created.mailbox, password), status=201)
+    mailbox = created.mailbox
+    if password is not None:
+        await _show_once(call, mailbox, password)
+    # Post, redirect, get: the answer is the new mailbox, and a reload does not send the form again.
+    return redirect(f"/mailboxes/{mailbox.id}?notice=created")
+
+
+async def _show_once(call: WebCall, mailbox: Mailbox, password: str) -> None:
+    """Keep a generated password in this browser session until the mailbox's page shows it, once."""
+    assert call.session is not None
+    await call.services.sessions.save_data(call.session, {**call.session.data, _NEW_PASSWORD: [mailbox.id, password]})
+
+
+async def _take_shown_once(call: WebCall, mailbox: Mailbox) -> str | None:
+    """The generated password of `mailbox` if this session has not been shown it yet; forgotten now."""
+    session = call.session
+    held = session.data.get(_NEW_PASSWORD) if session is not None else None
+    if session is None or not isinstance(held, list) or len(held) != 2 or held[0] != mailbox.id:
+        return None
+    await call.services.sessions.save_data(session, {k: v for k, v in session.data.items() if k != _NEW_PASSWORD})
+    return str(held[1])
 
 
 @page()
 async def confirm_delete_mailbox(request: Request, call: WebCall) -> Response:
-    mailbox = await _mailbox(call, request)
+    mailbox = await _ordinary_mailbox(call, request)
     return render(
         request,
         call,
@@ -108,7 +160,7 @@ async def delete_mailbox(request: Request, call: WebCall) -> Response:
 
 @page()
 async def password_form(request: Request, call: WebCall) -> Response:
-    mailbox = await _mailbox(call, request)
+    mailbox = await _ordinary_mailbox(call, request)
     return render(request, call, "mailbox_password.html", mailbox=mailbox)
 
 
@@ -126,10 +178,20 @@ async def _inbox_context(request: Request, call: WebCall, mailbox: Mailbox | Non
     number = page_number(request)
     # The search box sends `q` (full text); the list takes every filter of the API's message lists.
     flt = parse_filter(request.query_params)
-    messages = await call.services.messages.page(mailbox, number, flt)
-    unread = (await call.services.messages.unread_counts([mailbox])).get(mailbox.id, 0)
+    services = call.services
+    envelopes: dict[str, tuple[str, ...]] | None = None
+    if await services.sandboxes.is_sandbox(mailbox):
+        # The sandbox lists each message's envelope recipients: who the application sent it to.
+        caught = await services.sandboxes.page(call.user, number, flt)
+        messages = [m.summary for m in caught]
+        envelopes = {m.summary.id: m.recipients for m in caught}
+    else:
+        messages = await services.messages.page(mailbox, number, flt)
+    unread = (await services.messages.unread_counts([mailbox])).get(mailbox.id, 0)
     return {
         "mailbox": mailbox,
+        "home": home_of(mailbox),
+        "envelopes": envelopes,
         "messages": messages,
         "page_number": number,
         "unread": unread,
@@ -140,7 +202,10 @@ async def _inbox_context(request: Request, call: WebCall, mailbox: Mailbox | Non
 
 @page()
 async def inbox(request: Request, call: WebCall) -> Response:
-    context = await _inbox_context(request, call)
+    mailbox = await _mailbox(call, request)
+    if await call.services.sandboxes.is_sandbox(mailbox):
+        return redirect(SANDBOX + (f"?{request.url.query}" if request.url.query else ""))
+    context = await _inbox_context(request, call, mailbox)
     smtp_host, smtp_port = call.services.mailboxes.smtp_endpoint
     return render(
         request,
@@ -149,6 +214,7 @@ async def inbox(request: Request, call: WebCall) -> Response:
         **context,
         smtp_host=smtp_host,
         smtp_port=smtp_port,
+        password=await _take_shown_once(call, mailbox),
         notice=_NOTICES.get(request.query_params.get("notice", ""), ""),
     )
 
@@ -164,7 +230,8 @@ async def sandbox(request: Request, call: WebCall) -> Response:
     """The SMTP sandbox: its settings and snippets, and what it caught, listed like any mailbox."""
     info = await call.services.sandboxes.info(call.user)
     context = await _inbox_context(request, call, info.sandbox.mailbox)
-    return render(request, call, "sandbox.html", **context, info=info)
+    notice = _NOTICES.get(request.query_params.get("notice", ""), "")
+    return render(request, call, "sandbox.html", **context, info=info, notice=notice)
 
 
 @page()
@@ -183,13 +250,18 @@ async def message(request: Request, call: WebCall) -> Response:
     mailbox = await _mailbox(call, request)
     message_id = request.path_params["message"]
     services = call.services
-    detail = await services.messages.detail(mailbox, message_id)
-    tab = request.query_params.get("tab", "html" if detail.html_body else "text")
-    if tab not in TABS:
-        tab = "text"
     envelope: tuple[str, ...] = ()
     if await services.sandboxes.is_sandbox(mailbox):
-        envelope = (await services.sandboxes.detail(call.user, message_id)).recipients
+        if "mailbox" in request.path_params:  # an old address of a caught message: it lives under Sandbox
+            query = f"?{request.url.query}" if request.url.query else ""
+            return redirect(f"{SANDBOX}/messages/{quote(message_id, safe='')}{query}")
+        caught = await services.sandboxes.detail(call.user, message_id)
+        detail, envelope = caught.detail, caught.recipients
+    else:
+        detail = await services.messages.detail(mailbox, message_id)
+    tab = request.query_params.get("tab", "html" if detail.html_body else "text")
+    if tab not in TAB_KEYS:
+        tab = "text"
     if not detail.summary.is_read:
         await services.messages.mark_read(mailbox, message_id)
     source = ""
@@ -197,15 +269,18 @@ async def message(request: Request, call: WebCall) -> Response:
         raw = await services.messages.source(mailbox, message_id)
         source = raw[:MAX_PAGE_SOURCE].decode("utf-8", "replace")
     remote = request.query_params.get("remote") == "1"
-    base = f"/mailboxes/{mailbox.id}/messages/{message_id}"
+    home = home_of(mailbox)
+    base = f"{home}/messages/{detail.summary.id}"
     return render(
         request,
         call,
         "message.html",
         mailbox=mailbox,
+        home=home,
         detail=detail,
         tab=tab,
         tabs=TABS,
+        tab_counts={"links": len(detail.links)},
         text=detail.text_body[:MAX_PAGE_TEXT],
         text_cut=len(detail.text_body) > MAX_PAGE_TEXT,
         source=source,
@@ -276,27 +351,39 @@ async def mark(request: Request, call: WebCall) -> Response:
     message_id = request.path_params["message"]
     if request.path_params["state"] == "unread":
         await call.services.messages.mark_unread(mailbox, message_id)
-        return redirect(f"/mailboxes/{mailbox.id}")
+        return redirect(home_of(mailbox))
     await call.services.messages.mark_read(mailbox, message_id)
-    return redirect(f"/mailboxes/{mailbox.id}/messages/{message_id}")
+    return redirect(f"{home_of(mailbox)}/messages/{quote(message_id, safe='')}")
 
 
 @page(operation=True)
 async def mark_all_read(request: Request, call: WebCall) -> Response:
     mailbox = await _mailbox(call, request)
     await call.services.messages.mark_many_read(mailbox, ids=None, all_=True)
-    return redirect(f"/mailboxes/{mailbox.id}")
+    return redirect(home_of(mailbox))
 
 
 @page(operation=True)
 async def delete_message(request: Request, call: WebCall) -> Response:
     mailbox = await _mailbox(call, request)
     await call.services.messages.delete(mailbox, request.path_params["message"])
-    return redirect(f"/mailboxes/{mailbox.id}?notice=deleted")
+    return redirect(f"{home_of(mailbox)}?notice=deleted")
 
+
+# A caught message's pages, under /sandbox as under /mailboxes/{mailbox}: the same handlers.
+_MESSAGE_ROUTES = [
+    ("/messages/{message}", message, "GET"),
+    ("/messages/{message}/html", message_html, "GET"),
+    ("/messages/{message}/source", message_source, "GET"),
+    ("/messages/{message}/attachments/{index}", message_attachment, "GET"),
+    ("/messages/{message}/mark/{state:str}", mark, "POST"),
+    ("/messages/{message}/delete", delete_message, "POST"),
+]
 
 routes = [
     Route("/sandbox", sandbox, methods=["GET"]),
+    Route("/sandbox/rows", inbox_rows, methods=["GET"]),
+    *(Route(SANDBOX + path, handler, methods=[method]) for path, handler, method in _MESSAGE_ROUTES),
     Route("/mailboxes", mailboxes, methods=["GET"]),
     Route("/mailboxes", create_mailbox, methods=["POST"]),
     Route("/mailboxes/{mailbox}", inbox, methods=["GET"]),
@@ -307,10 +394,5 @@ routes = [
     Route("/mailboxes/{mailbox}/delete", delete_mailbox, methods=["POST"]),
     Route("/mailboxes/{mailbox}/password", password_form, methods=["GET"]),
     Route("/mailboxes/{mailbox}/password", reset_password, methods=["POST"]),
-    Route("/mailboxes/{mailbox}/messages/{message}", message, methods=["GET"]),
-    Route("/mailboxes/{mailbox}/messages/{message}/html", message_html, methods=["GET"]),
-    Route("/mailboxes/{mailbox}/messages/{message}/source", message_source, methods=["GET"]),
-    Route("/mailboxes/{mailbox}/messages/{message}/attachments/{index}", message_attachment, methods=["GET"]),
-    Route("/mailboxes/{mailbox}/messages/{message}/mark/{state:str}", mark, methods=["POST"]),
-    Route("/mailboxes/{mailbox}/messages/{message}/delete", delete_message, methods=["POST"]),
+    *(Route("/mailboxes/{mailbox}" + path, handler, methods=[method]) for path, handler, method in _MESSAGE_ROUTES),
 ]

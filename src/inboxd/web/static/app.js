@@ -7,6 +7,7 @@ document.addEventListener("DOMContentLoaded", () => {
     const target = document.querySelector(button.dataset.copy);
     if (!target || !navigator.clipboard) continue;
     button.hidden = false;
+    const label = button.textContent;
     button.addEventListener("click", async () => {
       try {
         await navigator.clipboard.writeText(target.value);
@@ -15,7 +16,7 @@ document.addEventListener("DOMContentLoaded", () => {
         target.select();
         button.textContent = "Press Ctrl+C";
       }
-      setTimeout(() => { button.textContent = "Copy"; }, 2000);
+      setTimeout(() => { button.textContent = label; }, 2000);
     });
   }
   // Select the whole token on focus, so a manual copy takes all of it.

@@ -7,6 +7,8 @@
   const inbox = document.querySelector("[data-live-mailbox]");
   if (!inbox || inbox.dataset.page !== "1" || !window.WebSocket) return;
   const mailbox = inbox.dataset.liveMailbox;
+  // The rows come from the list's own place: a mailbox, or the sandbox (whose rows show envelopes).
+  const rowsUrl = inbox.dataset.rows;
   const status = document.getElementById("live-status");
   const unread = document.getElementById("unread-count");
   let delay = 500;
@@ -25,7 +27,7 @@
     refreshing = (async () => {
       do {
         again = false;
-        const response = await fetch(`/mailboxes/${mailbox}/rows`, { credentials: "same-origin", cache: "no-store" });
+        const response = await fetch(rowsUrl, { credentials: "same-origin", cache: "no-store" });
         if (!response.ok) throw new Error(`rows ${response.status}`);
         const doc = new DOMParser().parseFromString(`<table>${await response.text()}</table>`, "text/html");
         const rows = doc.getElementById("message-rows");
