@@ -14,6 +14,7 @@
     ├── FilterTooBroad               422 filter_too_broad (a filter read its bound of rows, the page not full)
     ├── RateLimited                  429 rate_limit_exceeded / ops_quota_exceeded
     ├── ProviderError                502 provider_error: an identity provider down or answering nonsense
+    ├── RelayError                   502 relay_error: the release relay unreachable or failing the session
     ├── Unavailable                  503 unavailable (the server is stopping)
     └── StorageError                 500 a fault of the database (SMTP answers 451)
         ├── DuplicateKey             409 a unique key taken (services turn it into their Conflict)
@@ -124,6 +125,15 @@ class ProviderError(InboxdError):
     status = 502
     code = "provider_error"
     default_message = "The sign-in provider could not complete the sign-in."
+
+
+class RelayError(InboxdError):
+    """The relay a release goes through could not be reached or broke the session (TLS, AUTH,
+    a timeout); refusals of single recipients are answers, not this error."""
+
+    status = 502
+    code = "relay_error"
+    default_message = "The relay could not take the message."
 
 
 class Unavailable(InboxdError):

@@ -15,6 +15,7 @@ from inboxd.services.limits import Admission
 from inboxd.services.mailboxes import MailboxService
 from inboxd.services.messages import MessageService
 from inboxd.services.profile import ProfileService
+from inboxd.services.releases import ReleaseService
 from inboxd.services.sandbox import SandboxService
 from inboxd.services.sessions import SessionService
 from inboxd.services.signin import SignInService
@@ -43,5 +44,6 @@ class Services:
     sandboxes: SandboxService
     waits: WaitService
     exports: ExportService
+    releases: ReleaseService
     # The free-space guard (INBOXD_MIN_FREE_BYTES): API writes answer 507 while space is low.
     space: SpaceGuard = field(default_factory=disabled)
