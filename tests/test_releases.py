@@ -230,7 +230,8 @@ async def test_recipients_outside_the_allow_list_or_malformed_are_refused(start:
         response = await release(h, address, message_id, [hostile])
         assert response.status_code == 400, hostile
         assert response.json()["error"] == "invalid_request"
-    for body in ({"to": []}, {"to": [inbox] * 21}, {"to": inbox}, {}):
+    bodies: list[dict[str, Any]] = [{"to": []}, {"to": [inbox] * 21}, {"to": inbox}, {}]
+    for body in bodies:
         response = await h.http.post(
             f"/api/accounts/{address}/messages/{message_id}/release", json=body, headers=h.auth()
         )
