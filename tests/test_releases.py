@@ -18,6 +18,7 @@ import pytest
 import trustme
 
 from inboxd.app import Inboxd
+from inboxd.client import ApiError, AsyncClient, Client, Json
 from inboxd.config import Settings
 from tests.conftest import Clock, Harness, free_port, simple_message
 
@@ -376,3 +377,55 @@ async def test_a_captured_message_is_released_from_the_sandbox(start: Start, rel
         f"/api/user/sandbox/messages/{message_id}/release", json={"to": [inbox]}, headers=h.auth(other)
     )
     assert response.status_code == 404
+
+
+@sqlite_only
+async def test_the_clients_release_and_list_releases(start: Start, relay: Relay) -> None:
+    inbox = await relay.mailbox("me")
+    h = await start(**relayed(relay))
+    address, message_id = await caught(h)
+    base = str(h.http.base_url)
+
+    async with AsyncClient(base, h.admin_token) as client:
+        done = await client.release(address, message_id, [inbox, f"nobody@{RELAY_DOMAIN}"])
+        assert [(r["address"], r["accepted"]) for r in done["recipients"]] == [
+            (inbox, True),
+            (f"nobody@{RELAY_DOMAIN}", False),
+        ]
+        assert (await client.releases(address, message_id))["releases"] == [done]
+        with pytest.raises(ApiError) as refused:
+            await client.release(address, message_id, ["someone@example.org"])
+        assert (refused.value.status, refused.value.code) == (403, "recipient_not_allowed")
+
+    def sync() -> Json:
+        with Client(base, h.admin_token) as client:
+            client.release(address, message_id, [inbox])
+            return client.releases(address, message_id)
+
+    assert len((await asyncio.to_thread(sync))["releases"]) == 2
+    assert len(await relay.sources(inbox)) == 2
+
+
+@sqlite_only
+async def test_the_clients_release_a_captured_message(start: Start, relay: Relay) -> None:
+    inbox = await relay.mailbox("me")
+    h = await start(**relayed(relay))
+    token = await h.new_user("pro")
+    info = (await h.http.get("/api/user/sandbox", headers=h.auth(token))).json()
+
+    def send_and_release() -> tuple[Json, Json]:
+        with smtplib.SMTP("127.0.0.1", info["smtp_port"], timeout=30) as smtp:
+            smtp.login(info["username"], token)
+            smtp.send_message(simple_message(subject="Outgoing"), to_addrs=["customer@example.org"])
+        with Client(str(h.http.base_url), token) as client:
+            captured = client.sandbox_messages()[0]
+            return client.release_sandbox_message(captured.id, [inbox]), client.sandbox_releases(captured.id)
+
+    done, history = await asyncio.to_thread(send_and_release)
+    assert done["recipients"][0]["accepted"] is True
+    assert history["releases"] == [done]
+
+    async with AsyncClient(str(h.http.base_url), token) as client:
+        captured = (await client.sandbox_messages())[0]
+        again = await client.release_sandbox_message(captured.id, [inbox])
+        assert [r["id"] for r in (await client.sandbox_releases(captured.id))["releases"]] == [again["id"], done["id"]]
