@@ -85,7 +85,7 @@ class ReleaseService:
         refused = [a for a in recipients if not self._allowed(a)]
         if refused:
             raise Forbidden(
-                f"INBOXD_RELAY_ALLOW does not allow releases to {', '.join(refused)}.", code="recipient_not_allowed"
+                f"This server does not allow releases to {', '.join(refused)} (INBOXD_RELAY_ALLOW).", code="recipient_not_allowed"
             )
         return recipients
 
