@@ -85,7 +85,8 @@ class ReleaseService:
         refused = [a for a in recipients if not self._allowed(a)]
         if refused:
             raise Forbidden(
-                f"This server does not allow releases to {', '.join(refused)} (INBOXD_RELAY_ALLOW).", code="recipient_not_allowed"
+                f"This server does not allow releases to {', '.join(refused)} (INBOXD_RELAY_ALLOW).",
+                code="recipient_not_allowed",
             )
         return recipients
 
