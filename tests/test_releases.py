@@ -429,3 +429,28 @@ async def test_the_clients_release_a_captured_message(start: Start, relay: Relay
         captured = (await client.sandbox_messages())[0]
         again = await client.release_sandbox_message(captured.id, [inbox])
         assert [r["id"] for r in (await client.sandbox_releases(captured.id))["releases"]] == [again["id"], done["id"]]
+
+
+@sqlite_only
+async def test_a_hostile_stored_message_cannot_smuggle_a_second_one(start: Start, relay: Relay) -> None:
+    """A stored line holding a lone dot, then SMTP commands: sent on as part of the one message."""
+    inbox, other = await relay.mailbox("me"), await relay.mailbox("other")
+    h = await start(**relayed(relay))
+    box = await h.new_mailbox()
+    smuggled = (
+        f"From: a@example.org\r\nTo: {box['address']}\r\nSubject: Outer\r\n\r\nbefore\r\n.\r\n"
+        f"MAIL FROM:<evil@example.org>\r\nRCPT TO:<{other}>\r\nDATA\r\nSubject: Smuggled\r\n\r\nx\r\n.\r\nafter\r\n"
+    ).encode()
+    await h.send(box["address"], smuggled)  # smtplib stuffs the dot; inboxd stores the lone "." line
+    listed = (await h.http.get(f"/api/accounts/{box['address']}/messages", headers=h.auth())).json()
+    message_id = listed["messages"][0]["id"]
+    source = f"/api/accounts/{box['address']}/messages/{message_id}/source"
+    stored = (await h.http.get(source, headers=h.auth())).content
+    assert b"\r\n.\r\nMAIL FROM:<evil@example.org>" in stored
+
+    response = await release(h, box["address"], message_id, [inbox])
+
+    assert response.status_code == 200, response.text
+    assert await relay.sources(other) == []
+    [arrived] = await relay.sources(inbox)
+    assert arrived.endswith(stored)
