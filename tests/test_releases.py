@@ -19,7 +19,7 @@ import trustme
 
 from inboxd.app import Inboxd
 from inboxd.client import ApiError, AsyncClient, Client, Json
-from inboxd.config import Settings
+from inboxd.config import Settings, SettingsError, load_settings
 from tests.conftest import Clock, Harness, free_port, simple_message
 
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
@@ -454,3 +454,83 @@ async def test_a_hostile_stored_message_cannot_smuggle_a_second_one(start: Start
     assert await relay.sources(other) == []
     [arrived] = await relay.sources(inbox)
     assert arrived.endswith(stored)
+
+
+@sqlite_only
+async def test_release_authenticates_at_the_relay(
+    start: Start, tmp_path: Path, sqlite_template: Path, clock: Clock
+) -> None:
+    """The relay is the second inboxd's submission listener (SMTP AUTH, a sandbox's credentials)."""
+    settings = _relay_settings(tmp_path, sqlite_template, submission_allow_plaintext_auth=True)
+    relay = Inboxd(settings, clock=clock)
+    await relay.start()
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{relay.http_port}", timeout=30) as http:
+            user = await relay.services.users.create_user("ops@example.test", plan="pro")
+            token = (await relay.services.users.create_token(user, "relay")).value
+            auth = {"Authorization": f"Bearer {token}"}
+            info = (await http.get("/api/user/sandbox", headers=auth)).json()
+            h = await start(
+                relay_host="127.0.0.1",
+                relay_port=info["smtp_port"],
+                relay_tls="none",
+                relay_allow=["example.com"],
+                relay_username=info["username"],
+                relay_password=token,
+            )
+            address, message_id = await caught(h, subject="Through AUTH")
+
+            response = await release(h, address, message_id, ["me@example.com"])
+
+            assert response.status_code == 200, response.text
+            assert response.json()["recipients"][0]["accepted"] is True
+            captured = (await http.get("/api/user/sandbox/messages", headers=auth)).json()["messages"]
+            assert [(m["subject"], m["recipients"]) for m in captured] == [("Through AUTH", ["me@example.com"])]
+    finally:
+        await relay.stop()
+
+
+@sqlite_only
+async def test_a_wrong_relay_password_is_a_502(
+    start: Start, tmp_path: Path, sqlite_template: Path, clock: Clock
+) -> None:
+    settings = _relay_settings(tmp_path, sqlite_template, submission_allow_plaintext_auth=True)
+    relay = Inboxd(settings, clock=clock)
+    await relay.start()
+    try:
+        user = await relay.services.users.create_user("ops@example.test", plan="pro")
+        info = await relay.services.sandboxes.info(user)
+        h = await start(
+            relay_host="127.0.0.1",
+            relay_port=relay.submission_port,
+            relay_tls="none",
+            relay_allow=["example.com"],
+            relay_username=info.sandbox.username,
+            relay_password="ibx_wrong",
+        )
+        address, message_id = await caught(h)
+
+        response = await release(h, address, message_id, ["me@example.com"])
+
+        assert response.status_code == 502
+        assert response.json()["error"] == "relay_error" and "535" in response.json()["message"]
+    finally:
+        await relay.stop()
+
+
+def test_relay_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    secret = tmp_path / "relay-password"
+    secret.write_text("s3cret\n")
+    monkeypatch.setenv("INBOXD_RELAY_PASSWORD_FILE", str(secret))
+    monkeypatch.setenv("INBOXD_RELAY_ALLOW", "Example.COM, QA@example.org ")
+    monkeypatch.setenv("INBOXD_RELAY_TLS", "tls")
+    monkeypatch.setenv("INBOXD_RELAY_CA_FILE", "/etc/ssl/ca.pem")
+
+    settings = load_settings()
+
+    assert settings.relay_password == "s3cret"
+    assert settings.relay_allow == ["example.com", "qa@example.org"]
+    assert settings.relay_tls == "tls" and settings.relay_ca_file == "/etc/ssl/ca.pem"
+    monkeypatch.setenv("INBOXD_RELAY_TLS", "ssl")
+    with pytest.raises(SettingsError, match="INBOXD_RELAY_TLS"):
+        load_settings()
