@@ -20,7 +20,7 @@ import trustme
 from inboxd.app import Inboxd
 from inboxd.client import ApiError, AsyncClient, Client, Json
 from inboxd.config import Settings, SettingsError, load_settings
-from tests.conftest import Clock, Harness, free_port, simple_message
+from tests.conftest import REDIS_URL, Clock, Harness, free_port, simple_message
 
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 RELAY_DOMAIN = "relay.test"
@@ -243,9 +243,11 @@ async def test_recipients_outside_the_allow_list_or_malformed_are_refused(start:
 
 
 @sqlite_only
-async def test_releases_are_limited_per_user(start: Start, relay: Relay) -> None:
+@pytest.mark.parametrize("limiter", ["memory", "redis"])
+async def test_releases_are_limited_per_user(start: Start, relay: Relay, limiter: str) -> None:
     inbox = await relay.mailbox("me")
-    h = await start(**relayed(relay, release_per_hour=2))
+    shared = {"redis_url": REDIS_URL} if limiter == "redis" else {}
+    h = await start(**relayed(relay, release_per_hour=2), **shared)
     address, message_id = await caught(h)
     assert (await release(h, address, message_id, [inbox])).status_code == 200
     assert (await release(h, address, message_id, [inbox])).status_code == 200
@@ -274,6 +276,10 @@ async def test_someone_elses_message_is_not_found(start: Start, relay: Relay) ->
     response = await release(h, address, message_id, [inbox], other)
 
     assert response.status_code == 404
+    # A mailbox token (handed to an application) reads its mail but cannot send it anywhere.
+    signed = await h.http.post("/api/token", json={"address": address, "password": "secret123"})
+    response = await release(h, address, message_id, [inbox], signed.json()["token"])
+    assert response.status_code == 403 and response.json()["error"] == "access_denied"
     assert await relay.sources(inbox) == []
 
 
