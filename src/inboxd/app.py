@@ -42,6 +42,7 @@ from inboxd.services.messages import MessageService
 from inboxd.services.ops_ledger import OpsLedger
 from inboxd.services.profile import ProfileService
 from inboxd.services.registry import Services
+from inboxd.services.relay import SmtpRelay
 from inboxd.services.releases import ReleaseService
 from inboxd.services.sandbox import SandboxService
 from inboxd.services.sessions import SessionService
@@ -362,7 +363,9 @@ class Inboxd:
             sandboxes=SandboxService(db, settings=settings, messages=messages, tokens=mailbox_tokens, clock=clock),
             waits=WaitService(messages, bus, admission=admission, settings=settings),
             exports=ExportService(db, clock=clock),
-            releases=ReleaseService(db, settings=settings, clock=clock, messages=messages, admission=admission),
+            releases=ReleaseService(
+                db, settings=settings, clock=clock, messages=messages, admission=admission, relay=SmtpRelay(settings)
+            ),
             space=self._space_guard(),
         )
 

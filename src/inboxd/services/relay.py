@@ -12,8 +12,6 @@ from __future__ import annotations
 import ssl
 from collections.abc import Sequence
 
-import aiosmtplib
-
 from inboxd.config import Settings
 from inboxd.errors import RelayError
 from inboxd.model import RelayAnswer
@@ -34,6 +32,9 @@ class SmtpRelay:
     async def send(self, *, sender: str, recipients: Sequence[str], raw: bytes) -> list[RelayAnswer]:
         """Send `raw` to `recipients`; the relay's answer for each, in order. Raises `RelayError`
         when the session fails before any recipient has an answer of its own."""
+        # Imported at the first release: a server that never releases keeps it out of memory.
+        import aiosmtplib
+
         s = self._settings
         mode = s.relay_tls
         client = aiosmtplib.SMTP(
@@ -69,6 +70,8 @@ class SmtpRelay:
 
 
 def _describe(exc: BaseException) -> str:
+    import aiosmtplib
+
     if isinstance(exc, aiosmtplib.SMTPResponseException):
         return f"{exc.code} {exc.message}"
     return str(exc) or type(exc).__name__

@@ -55,14 +55,14 @@ class ReleaseService:
         clock: Callable[[], float],
         messages: MessageService,
         admission: Admission,
-        relay: SmtpRelay | None = None,
+        relay: SmtpRelay,
     ) -> None:
         self._db = db
         self._settings = settings
         self._clock = clock
         self._messages = messages
         self._admission = admission
-        self._relay = relay or SmtpRelay(settings)
+        self._relay = relay
         allow = settings.relay_allow
         self._allowed_addresses = frozenset(a for a in allow if "@" in a)
         self._allowed_domains = frozenset(a for a in allow if "@" not in a)
