@@ -20,6 +20,7 @@ import trustme
 from inboxd.app import Inboxd
 from inboxd.client import ApiError, AsyncClient, Client, Json
 from inboxd.config import Settings, SettingsError, load_settings
+from inboxd.model import NO_FILTER
 from tests.conftest import REDIS_URL, Clock, Harness, free_port, simple_message
 
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
@@ -540,3 +541,39 @@ def test_relay_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch, tm
     monkeypatch.setenv("INBOXD_RELAY_TLS", "ssl")
     with pytest.raises(SettingsError, match="INBOXD_RELAY_TLS"):
         load_settings()
+
+
+@sqlite_only
+async def test_implicit_tls_to_a_relay(
+    start: Start, tmp_path: Path, sqlite_template: Path, clock: Clock, certs: Certs
+) -> None:
+    """`INBOXD_RELAY_TLS=tls`: the second inboxd's implicit-TLS submission port, verified, with AUTH."""
+    settings = _relay_settings(
+        tmp_path, sqlite_template, tls_cert=str(certs.cert), tls_key=str(certs.key), submissions_port=0
+    )
+    relay = Inboxd(settings, clock=clock)
+    await relay.start()
+    try:
+        user = await relay.services.users.create_user("ops@example.test", plan="pro")
+        token = (await relay.services.users.create_token(user, "relay")).value
+        info = await relay.services.sandboxes.info(user)
+        assert relay.submissions_port
+        h = await start(
+            relay_host="127.0.0.1",
+            relay_port=relay.submissions_port,
+            relay_tls="tls",
+            relay_ca_file=str(certs.ca),
+            relay_allow=["example.com"],
+            relay_username=info.sandbox.username,
+            relay_password=token,
+        )
+        address, message_id = await caught(h, subject="Over TLS")
+
+        response = await release(h, address, message_id, ["me@example.com"])
+
+        assert response.status_code == 200, response.text
+        assert response.json()["recipients"][0]["accepted"] is True
+        captured = await relay.services.sandboxes.page(user, 1, NO_FILTER)
+        assert [m.summary.subject for m in captured] == ["Over TLS"]
+    finally:
+        await relay.stop()
