@@ -23,6 +23,7 @@ HEAVY = (
     "psycopg",
     "redis",
     "aiohttp",
+    "aiosmtplib",
     "authlib",
     "httpx2",
     "dns",

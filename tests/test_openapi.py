@@ -55,7 +55,8 @@ def test_a_field_has_one_type_in_every_schema() -> None:
         kinds = {
             name: schema["properties"][field].get("type")
             for name, schema in schemas.items()
-            if field in schema.get("properties", {})
+            # A release's body names its recipients as the list issue 27 specifies, not a message's `to`.
+            if field in schema.get("properties", {}) and name != "ReleaseIn"
         }
         assert {"MessageDetailOut", "SandboxDetailOut"} <= kinds.keys()
         assert set(kinds.values()) == {"string"}, kinds

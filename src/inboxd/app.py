@@ -43,6 +43,8 @@ from inboxd.services.messages import MessageService
 from inboxd.services.ops_ledger import OpsLedger
 from inboxd.services.profile import ProfileService
 from inboxd.services.registry import Services
+from inboxd.services.relay import SmtpRelay
+from inboxd.services.releases import ReleaseService
 from inboxd.services.sandbox import SandboxService
 from inboxd.services.sessions import SessionService
 from inboxd.services.signin import SignInService
@@ -364,6 +366,9 @@ class Inboxd:
             waits=WaitService(messages, bus, admission=admission, settings=settings),
             exports=ExportService(db, clock=clock),
             checks=CheckService(db, settings=settings, messages=messages, clock=clock),
+            releases=ReleaseService(
+                db, settings=settings, clock=clock, messages=messages, admission=admission, relay=SmtpRelay(settings)
+            ),
             space=self._space_guard(),
         )
 

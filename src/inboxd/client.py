@@ -729,6 +729,20 @@ class Client(_Base):
                     raise
                 this = min(left, MAX_WAIT)
 
+    # Release (issue 27): send a caught message on through the server's relay.
+    def release(self, mailbox: str, message_id: str, to: list[str]) -> Json:
+        """The release record: `recipients`, the relay's answer for each (`accepted`, `code`, `message`)."""
+        return self._run(_Ops.send("POST", f"{_box(mailbox)}/{_seg(message_id)}/release", _json, {"to": to}))
+
+    def releases(self, mailbox: str, message_id: str) -> Json:
+        return self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/releases", _json))
+
+    def release_sandbox_message(self, message_id: str, to: list[str]) -> Json:
+        return self._run(_Ops.send("POST", f"{_SANDBOX}/{_seg(message_id)}/release", _json, {"to": to}))
+
+    def sandbox_releases(self, message_id: str) -> Json:
+        return self._run(_Ops.get(f"{_SANDBOX}/{_seg(message_id)}/releases", _json))
+
 
 class AsyncClient(_Base):
     """The asyncio client; the same operations as `Client`, awaited.
@@ -939,6 +953,20 @@ class AsyncClient(_Base):
                 if left <= 0.05:
                     raise
                 this = min(left, MAX_WAIT)
+
+    # Release (issue 27): send a caught message on through the server's relay.
+    async def release(self, mailbox: str, message_id: str, to: list[str]) -> Json:
+        """The release record: `recipients`, the relay's answer for each (`accepted`, `code`, `message`)."""
+        return await self._run(_Ops.send("POST", f"{_box(mailbox)}/{_seg(message_id)}/release", _json, {"to": to}))
+
+    async def releases(self, mailbox: str, message_id: str) -> Json:
+        return await self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/releases", _json))
+
+    async def release_sandbox_message(self, message_id: str, to: list[str]) -> Json:
+        return await self._run(_Ops.send("POST", f"{_SANDBOX}/{_seg(message_id)}/release", _json, {"to": to}))
+
+    async def sandbox_releases(self, message_id: str) -> Json:
+        return await self._run(_Ops.get(f"{_SANDBOX}/{_seg(message_id)}/releases", _json))
 
 
 def _default_domain(domains: list[Json]) -> str:

@@ -28,9 +28,10 @@ _LISTS = (
     "webhook_retry_schedule",
     "signup_allow",
     "trusted_proxies",
+    "relay_allow",
 )
 # `INBOXD_WEBHOOK_CA_FILE` is an option of its own, not the file of an option `webhook_ca`.
-_NOT_SECRET_FILES = {"INBOXD_WEBHOOK_CA_FILE"}
+_NOT_SECRET_FILES = {"INBOXD_WEBHOOK_CA_FILE", "INBOXD_RELAY_CA_FILE"}
 _BOOLS = {
     **dict.fromkeys(("1", "true", "yes", "on", "y", "t"), True),
     **dict.fromkeys(("0", "false", "no", "off", "n", "f"), False),
@@ -224,6 +225,22 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     min_free_bytes: int = 100 * 1000 * 1000
     webhook_allow_http: bool = False
 
+    # Release (README "Release to a real inbox"): the relay stored messages are sent on through.
+    # `relay_allow` lists the recipient domains or addresses a release may reach; empty: none.
+    relay_host: str = ""
+    relay_port: int = 587
+    relay_username: str = ""
+    relay_password: str = ""
+    relay_tls: Literal["starttls", "tls", "none"] = "starttls"
+    relay_allow: list[str] = msgspec.field(default_factory=list)
+    # A CA bundle to verify the relay's certificate with; empty: the system's store.
+    relay_ca_file: str = ""
+    # The MAIL FROM of a release; empty: the address in the message's From header.
+    relay_sender: str = ""
+    relay_timeout: float = 30.0
+    # Releases one user may make per hour (a token bucket, burst the same).
+    release_per_hour: int = 60
+
     def __post_init__(self) -> None:
         # Keyword arguments (tests, the command line) get the same normalising as the environment.
         fix = {name: _split_csv(getattr(self, name)) for name in _LISTS}
@@ -231,6 +248,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         fix["public_domains"] = _domains(fix["public_domains"])  # type: ignore[arg-type]
         fix["pro_only_domains"] = _domains(fix["pro_only_domains"])  # type: ignore[arg-type]
         fix["signup_allow"] = [d.lstrip("@") for d in _domains(fix["signup_allow"])]  # type: ignore[arg-type]
+        fix["relay_allow"] = _domains(fix["relay_allow"])  # type: ignore[arg-type]
         for cidr in fix["trusted_proxies"]:  # type: ignore[attr-defined]
             try:
                 ipaddress.ip_network(cidr, strict=False)

@@ -3,7 +3,8 @@
     InboxdError                      500 internal_error
     ├── InvalidRequest               400 invalid_request (and the spec's other 400 codes)
     ├── Unauthorized                 401 invalid_token / invalid_or_expired_token / account_revoked
-    ├── Forbidden                    403 access_denied / pro_required / *_limit_reached / csrf_failed
+    ├── Forbidden                    403 access_denied / pro_required / *_limit_reached / csrf_failed /
+    │                                    release_disabled / recipient_not_allowed
     │   └── SignInRefused            403 email_not_verified / sign_up_closed / account_revoked
     ├── NotFound                     404 not_found
     ├── MethodNotAllowed             405 method_not_allowed
@@ -12,8 +13,9 @@
     ├── Gone                         410 expired / domain_expired
     ├── PayloadTooLarge              413 payload_too_large
     ├── FilterTooBroad               422 filter_too_broad (a filter read its bound of rows, the page not full)
-    ├── RateLimited                  429 rate_limit_exceeded / ops_quota_exceeded
+    ├── RateLimited                  429 rate_limit_exceeded / ops_quota_exceeded / release_limit_reached
     ├── ProviderError                502 provider_error: an identity provider down or answering nonsense
+    ├── RelayError                   502 relay_error: the release relay unreachable or failing the session
     ├── Unavailable                  503 unavailable (the server is stopping)
     └── StorageError                 500 a fault of the database (SMTP answers 451)
         ├── DuplicateKey             409 a unique key taken (services turn it into their Conflict)
@@ -124,6 +126,15 @@ class ProviderError(InboxdError):
     status = 502
     code = "provider_error"
     default_message = "The sign-in provider could not complete the sign-in."
+
+
+class RelayError(InboxdError):
+    """The relay a release goes through could not be reached or broke the session (TLS, AUTH,
+    a timeout); refusals of single recipients are answers, not this error."""
+
+    status = 502
+    code = "relay_error"
+    default_message = "The relay could not take the message."
 
 
 class Unavailable(InboxdError):

@@ -276,3 +276,25 @@ class SandboxMessage:
 
     summary: MessageSummary
     recipients: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RelayAnswer:
+    """The relay's answer for one recipient of a release: its RCPT refusal, or the DATA reply."""
+
+    address: str
+    accepted: bool
+    code: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """One release of a stored message to a relay: who, when, to whom, and the relay's answers."""
+
+    id: str
+    user_id: str
+    mailbox_id: str
+    message_id: str
+    created_at: float
+    answers: tuple[RelayAnswer, ...]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from inboxd.api import accounts, checks, docs, messages, operations, public, sandbox, server, user, webhooks
+from inboxd.api import accounts, checks, docs, messages, operations, public, releases, sandbox, server, user, webhooks
 
 
 def api_routes() -> list[BaseRoute]:
@@ -16,6 +16,7 @@ def api_routes() -> list[BaseRoute]:
         *accounts.routes,
         *user.routes,
         *sandbox.routes,
+        *releases.routes,
         *webhooks.routes,
         *docs.routes,
         *operations.routes,

@@ -42,6 +42,7 @@ where the spec is silent:
 - Dashboard pages: a token bucket per signed-in user, or per client IP for a signed-out
   visitor, `web_rps` per second, burst twice that. A form that does what an API call does
   passes `admit` as that call would (same bucket, creation interval and month count).
+- Releases to the relay: a token bucket per user, `release_per_hour` an hour, burst the same.
 - DNS checks of a custom domain: one per domain per `domain_verify_interval` seconds, in either face.
 - Public domain list: a token bucket per client IP, `public_rps` per second, burst twice that.
   The client IP is the socket peer, or the address a trusted proxy reports (`http/client_address.py`).
@@ -166,6 +167,10 @@ class Admission(Protocol):
 
     async def admit_page(self, *, caller: str) -> None:
         """Rate-limit one dashboard request of a signed-in user or a client IP, or raise `RateLimited`."""
+        ...
+
+    async def admit_release(self, user: User) -> None:
+        """Count one release of `user` (`release_per_hour`), or raise `RateLimited` (429)."""
         ...
 
     async def admit_domain_check(self, domain_id: str) -> None:
@@ -460,6 +465,18 @@ class Limiter:
         wait = await self._counters.hit(f"web:{caller}", now=self._clock(), rate=rate, burst=max(1.0, 2 * rate))
         if wait > 0:
             raise RateLimited("Too many requests; wait a moment and reload.", retry_after=wait)
+
+    async def admit_release(self, user: User) -> None:
+        per_hour = max(1, self._settings.release_per_hour)
+        wait = await self._counters.hit(
+            f"release:{user.id}", now=self._clock(), rate=per_hour / 3600.0, burst=max(1.0, float(per_hour))
+        )
+        if wait > 0:
+            raise RateLimited(
+                f"At most {per_hour} releases an hour; release again in {math.ceil(wait)} s.",
+                code="release_limit_reached",
+                retry_after=wait,
+            )
 
     async def admit_domain_check(self, domain_id: str) -> None:
         interval = self._settings.domain_verify_interval

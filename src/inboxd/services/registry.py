@@ -16,6 +16,7 @@ from inboxd.services.limits import Admission
 from inboxd.services.mailboxes import MailboxService
 from inboxd.services.messages import MessageService
 from inboxd.services.profile import ProfileService
+from inboxd.services.releases import ReleaseService
 from inboxd.services.sandbox import SandboxService
 from inboxd.services.sessions import SessionService
 from inboxd.services.signin import SignInService
@@ -46,5 +47,6 @@ class Services:
     exports: ExportService
     # A message's check report (issue 24), computed on request and kept.
     checks: CheckService
+    releases: ReleaseService
     # The free-space guard (INBOXD_MIN_FREE_BYTES): API writes answer 507 while space is low.
     space: SpaceGuard = field(default_factory=disabled)

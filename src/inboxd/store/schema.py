@@ -281,3 +281,18 @@ identities = sa.Table(
     sa.Column("last_sign_in_at", Ts, nullable=False),
     sa.Index("ix_identities_user", "user_id"),
 )
+
+# Releases of stored messages to the relay (issue 27): who, when, and the relay's answer per
+# recipient (`answers`, a JSON array). Kept after the message is gone, as a record of what left.
+releases = sa.Table(
+    "releases",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("user_id", sa.Text, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("mailbox_id", sa.Text, nullable=False),
+    sa.Column("message_id", sa.Text, nullable=False),
+    sa.Column("answers", sa.Text, nullable=False),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Index("ix_releases_message", "message_id", "created_at"),
+    sa.Index("ix_releases_user", "user_id", "created_at"),
+)

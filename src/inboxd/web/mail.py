@@ -25,6 +25,7 @@ from inboxd.mail.html_view import content_security_policy
 from inboxd.model import NO_FILTER, Mailbox, Principal
 from inboxd.services.filters import parse_filter
 from inboxd.web.pages import WebCall, page, redirect, render
+from inboxd.web.releases import release_context
 
 # Bodies longer than this are cut on the page, with a link to the whole message: a 25 MB text part
 # would take the browser seconds to lay out.
@@ -292,6 +293,7 @@ async def message(request: Request, call: WebCall) -> Response:
         to_line=detail.to,
         cc_line=detail.cc,
         headers=detail.headers,
+        **await release_context(call, mailbox, message_id),
     )
 
 

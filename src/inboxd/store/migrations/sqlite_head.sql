@@ -1,4 +1,4 @@
--- inboxd schema at revision 0008
+-- inboxd schema at revision 0009
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -109,6 +109,16 @@ CREATE TABLE ops_usage (
 	count BIGINT DEFAULT '0' NOT NULL, 
 	PRIMARY KEY (user_id, month)
 );
+CREATE TABLE releases (
+	id TEXT NOT NULL, 
+	user_id TEXT NOT NULL, 
+	mailbox_id TEXT NOT NULL, 
+	message_id TEXT NOT NULL, 
+	answers TEXT NOT NULL, 
+	created_at DOUBLE NOT NULL, 
+	PRIMARY KEY (id), 
+	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE
+);
 CREATE TABLE sandboxes (
 	user_id TEXT NOT NULL, 
 	username TEXT NOT NULL, 
@@ -197,6 +207,8 @@ CREATE INDEX ix_messages_due ON messages (mailbox_id, expired, expires_at);
 CREATE INDEX ix_messages_expiry ON messages (expired, expires_at);
 CREATE INDEX ix_messages_list ON messages (mailbox_id, deleted, created_at, id);
 CREATE INDEX ix_messages_unindexed ON messages (created_at) WHERE indexed = 0;
+CREATE INDEX ix_releases_message ON releases (message_id, created_at);
+CREATE INDEX ix_releases_user ON releases (user_id, created_at);
 CREATE INDEX ix_sessions_expiry ON sessions (expires_at);
 CREATE INDEX ix_sessions_user ON sessions (user_id);
 CREATE INDEX ix_sign_in_links_user ON sign_in_links (user_id);
@@ -204,4 +216,4 @@ CREATE INDEX ix_webhook_deliveries_webhook ON webhook_deliveries (webhook_id, cr
 CREATE INDEX ix_webhook_jobs_due ON webhook_jobs (due_at);
 CREATE INDEX ix_webhook_jobs_webhook ON webhook_jobs (webhook_id);
 CREATE INDEX ix_webhooks_user ON webhooks (user_id, created_at);
-INSERT INTO alembic_version (version_num) VALUES ('0008');
+INSERT INTO alembic_version (version_num) VALUES ('0009');
