@@ -12,15 +12,22 @@ read before that, refused.
 A signed-in session that ends (signed out, out everywhere, replaced by a new sign-in, or by a
 suspension in `UserService`) is announced on the bus after commit, so the live inbox's sockets
 opened with a token handed to it close in every process (`api/ws.py`).
+
+A secret a page must show once after a redirect (a generated mailbox password) is kept in the
+session's data sealed (AES-GCM) with a key derived by HKDF from the cookie's raw value, which the
+server never stores: a database dump alone opens none of them. Each lives `SECRET_TTL` seconds at
+most and is removed when taken.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import TYPE_CHECKING
 
 from inboxd.config import Settings
 from inboxd.events import EventBus
@@ -28,9 +35,16 @@ from inboxd.model import User, WebSession
 from inboxd.store import sessions as store
 from inboxd.store.db import Database, Tx
 
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
 FLOW_TTL = 900.0
 # A request this long after the last recorded one writes the new expiry; closer ones cost no write.
 TOUCH_EVERY = 60.0
+# How long a kept secret waits for the page that shows it, and where the session's data keeps them.
+SECRET_TTL = 600
+_SECRETS = "sealed"
+_SECRET_KEY_INFO = b"inboxd session secrets v1"
 
 
 def session_hash(value: str) -> str:
@@ -104,6 +118,30 @@ class SessionService:
     async def save_data(self, session: WebSession, data: dict[str, object]) -> None:
         await self._db.write(partial(store.put_data, session_id=session.id, data=data))
 
+    async def keep_secret(self, session: WebSession, cookie_value: str, name: str, value: str) -> None:
+        """Keep `value` under `name` in the session, sealed with a key only its cookie gives, until
+        `take_secret` or `SECRET_TTL` seconds from now."""
+        now = self._clock()
+        expires_at = int(now + SECRET_TTL)  # whole seconds: bound into the seal, read back from JSON exactly
+        kept = {n: e for n, e in _secrets_of(session).items() if _live(e, now)}
+        nonce = secrets.token_bytes(12)
+        sealed = _cipher(cookie_value).encrypt(nonce, value.encode(), _bound(name, expires_at))
+        kept[name] = {"v": base64.b64encode(nonce + sealed).decode("ascii"), "exp": expires_at}
+        await self.save_data(session, {**session.data, _SECRETS: kept})
+
+    async def take_secret(self, session: WebSession, cookie_value: str, name: str) -> str | None:
+        """The secret kept under `name`, removed now; None if there is none, it expired, or the
+        cookie does not open it."""
+        kept = _secrets_of(session)
+        entry = kept.get(name)
+        if entry is None:
+            return None
+        rest = {n: e for n, e in kept.items() if n != name}
+        await self.save_data(session, {**session.data, _SECRETS: rest} if rest else _without(session.data, _SECRETS))
+        if not _live(entry, self._clock()):
+            return None
+        return _open(cookie_value, name, entry)
+
     async def end(self, session: WebSession) -> None:
         await self._db.write(partial(store.delete, session_id=session.id))
         if session.user is not None:
@@ -126,3 +164,48 @@ class SessionService:
     async def sweep(self) -> int:
         """Delete expired sessions (the sweeper calls this); the number deleted."""
         return await self._db.write(partial(store.delete_expired, now=self._clock()))
+
+
+def _secrets_of(session: WebSession) -> dict[str, dict[str, object]]:
+    kept = session.data.get(_SECRETS)
+    if not isinstance(kept, dict):
+        return {}
+    return {str(n): e for n, e in kept.items() if isinstance(e, dict)}
+
+
+def _live(entry: dict[str, object], now: float) -> bool:
+    expires_at = entry.get("exp")
+    return isinstance(expires_at, int) and now < expires_at
+
+
+def _without(data: dict[str, object], key: str) -> dict[str, object]:
+    return {k: v for k, v in data.items() if k != key}
+
+
+def _bound(name: str, expires_at: int) -> bytes:
+    """The associated data: a sealed value opens only under its own name and expiry."""
+    return f"{name}\n{expires_at}".encode()
+
+
+def _cipher(cookie_value: str) -> AESGCM:
+    # Imported here: `cryptography` costs resident memory, and a server without a dashboard
+    # session that keeps a secret never needs it (tests/test_lean_start.py).
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.hashes import SHA256
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    key = HKDF(algorithm=SHA256(), length=32, salt=None, info=_SECRET_KEY_INFO).derive(cookie_value.encode())
+    return AESGCM(key)
+
+
+def _open(cookie_value: str, name: str, entry: dict[str, object]) -> str | None:
+    from cryptography.exceptions import InvalidTag
+
+    sealed, expires_at = entry.get("v"), entry.get("exp")
+    if not isinstance(sealed, str) or not isinstance(expires_at, int):
+        return None
+    try:
+        raw = base64.b64decode(sealed, validate=True)
+        return _cipher(cookie_value).decrypt(raw[:12], raw[12:], _bound(name, expires_at)).decode()
+    except (ValueError, InvalidTag):
+        return None

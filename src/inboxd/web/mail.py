@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from inboxd.auth import cookies
 from inboxd.errors import NotFound
 from inboxd.http.query import page_number
 from inboxd.http.responses import content_disposition
@@ -58,7 +59,7 @@ _NOTICES = {
     "password_reset": "The password was changed. Earlier mailbox tokens stop working.",
     "created": "Mailbox created: it receives mail at once.",
 }
-# The session's key for a generated password on its way to the new mailbox's page.
+# The session's name (with the mailbox's id) for a generated password on its way to the new mailbox's page.
 _NEW_PASSWORD = "new_mailbox_password"
 
 
@@ -116,25 +117,25 @@ async def create_mailbox(request: Request, call: WebCall) -> Response:
     )
     mailbox = created.mailbox
     if password is not None:
-        await _show_once(call, mailbox, password)
+        await _show_once(request, call, mailbox, password)
     # Post, redirect, get: the answer is the new mailbox, and a reload does not send the form again.
     return redirect(f"/mailboxes/{mailbox.id}?notice=created")
 
 
-async def _show_once(call: WebCall, mailbox: Mailbox, password: str) -> None:
-    """Keep a generated password in this browser session until the mailbox's page shows it, once."""
+async def _show_once(request: Request, call: WebCall, mailbox: Mailbox, password: str) -> None:
+    """Keep a generated password in this browser session until the mailbox's page shows it, once
+    (sealed by the sessions service: the database never holds it readable)."""
     assert call.session is not None
-    await call.services.sessions.save_data(call.session, {**call.session.data, _NEW_PASSWORD: [mailbox.id, password]})
+    cookie = cookies.read(request, call.services.settings)
+    await call.services.sessions.keep_secret(call.session, cookie, f"{_NEW_PASSWORD}:{mailbox.id}", password)
 
 
-async def _take_shown_once(call: WebCall, mailbox: Mailbox) -> str | None:
+async def _take_shown_once(request: Request, call: WebCall, mailbox: Mailbox) -> str | None:
     """The generated password of `mailbox` if this session has not been shown it yet; forgotten now."""
-    session = call.session
-    held = session.data.get(_NEW_PASSWORD) if session is not None else None
-    if session is None or not isinstance(held, list) or len(held) != 2 or held[0] != mailbox.id:
+    if call.session is None:
         return None
-    await call.services.sessions.save_data(session, {k: v for k, v in session.data.items() if k != _NEW_PASSWORD})
-    return str(held[1])
+    cookie = cookies.read(request, call.services.settings)
+    return await call.services.sessions.take_secret(call.session, cookie, f"{_NEW_PASSWORD}:{mailbox.id}")
 
 
 @page()
@@ -215,7 +216,7 @@ async def inbox(request: Request, call: WebCall) -> Response:
         **context,
         smtp_host=smtp_host,
         smtp_port=smtp_port,
-        password=await _take_shown_once(call, mailbox),
+        password=await _take_shown_once(request, call, mailbox),
         notice=_NOTICES.get(request.query_params.get("notice", ""), ""),
     )
 
