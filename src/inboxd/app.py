@@ -32,6 +32,7 @@ from inboxd.metrics import Metrics
 from inboxd.services.credentials import MailboxTokens
 from inboxd.services.domains import DomainService
 from inboxd.services.export import ExportService
+from inboxd.services.faults import FaultService
 from inboxd.services.ingest import IngestService
 from inboxd.services.limits import Limiter
 from inboxd.services.limits_memory import MemoryCounters
@@ -261,7 +262,12 @@ class Inboxd:
         stack.push_async_callback(indexer.stop)
         tls = self._smtp_tls()
         self._smtp = smtp = SmtpServer(
-            services.ingest, settings=settings, tls=tls, metrics=self.metrics, space=services.space
+            services.ingest,
+            settings=settings,
+            tls=tls,
+            metrics=self.metrics,
+            space=services.space,
+            faults=services.faults,
         )
         await smtp.start(_bind(settings.smtp_host, settings.smtp_port, listener="smtp", reuse_port=settings.reuse_port))
         stack.push_async_callback(smtp.stop)
@@ -283,10 +289,20 @@ class Inboxd:
         implicit TLS when its port is configured."""
         settings = self.settings
         hooks = Submission(
-            sandboxes=services.sandboxes, ingest=services.ingest, admission=services.admission, settings=settings
+            sandboxes=services.sandboxes,
+            ingest=services.ingest,
+            admission=services.admission,
+            settings=settings,
+            faults=services.faults,
         )
         self._submission = submission = SmtpServer(
-            services.ingest, settings=settings, tls=tls, hooks=hooks, metrics=self.metrics, space=services.space
+            services.ingest,
+            settings=settings,
+            tls=tls,
+            hooks=hooks,
+            metrics=self.metrics,
+            space=services.space,
+            faults=services.faults,
         )
         await submission.start(
             _bind(
@@ -308,6 +324,7 @@ class Inboxd:
                 implicit_tls=True,
                 metrics=self.metrics,
                 space=services.space,
+                faults=services.faults,
             )
             await implicit.start(
                 _bind(
@@ -356,6 +373,7 @@ class Inboxd:
             waits=WaitService(messages, bus, admission=admission, settings=settings),
             exports=ExportService(db, clock=clock),
             space=self._space_guard(),
+            faults=FaultService(db, bus=bus, clock=clock, ttl=settings.recipient_cache_ttl),
         )
 
     def _space_guard(self) -> SpaceGuard:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from inboxd.api import accounts, docs, messages, operations, public, sandbox, user, webhooks
+from inboxd.api import accounts, docs, faults, messages, operations, public, sandbox, user, webhooks
 
 
 def api_routes() -> list[BaseRoute]:
@@ -15,6 +15,7 @@ def api_routes() -> list[BaseRoute]:
         *accounts.routes,
         *user.routes,
         *sandbox.routes,
+        *faults.routes,
         *webhooks.routes,
         *docs.routes,
         *operations.routes,

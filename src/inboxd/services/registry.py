@@ -10,6 +10,7 @@ from inboxd.events import EventBus
 from inboxd.services.credentials import MailboxTokens
 from inboxd.services.domains import DomainService
 from inboxd.services.export import ExportService
+from inboxd.services.faults import FaultService
 from inboxd.services.ingest import IngestService
 from inboxd.services.limits import Admission
 from inboxd.services.mailboxes import MailboxService
@@ -43,5 +44,6 @@ class Services:
     sandboxes: SandboxService
     waits: WaitService
     exports: ExportService
+    faults: FaultService
     # The free-space guard (INBOXD_MIN_FREE_BYTES): API writes answer 507 while space is low.
     space: SpaceGuard = field(default_factory=disabled)

@@ -55,6 +55,8 @@ from inboxd.config import Settings
 from inboxd.errors import InboxdError, MessageRejected
 from inboxd.http.client_address import TrustedProxies, trusted_proxies
 from inboxd.metrics import Metrics
+from inboxd.model import FaultSet
+from inboxd.services.faults import NOTHING, Action, FaultService, first_action
 from inboxd.services.ingest import OFF_LOOP_BYTES, IngestService, Recipient
 from inboxd.services.limits import client_key
 from inboxd.services.space import SpaceGuard
@@ -117,6 +119,10 @@ class SessionHooks(Protocol):
         """The session restarted under TLS: forget what was said before it."""
         ...
 
+    def session_faults(self) -> FaultSet | None:
+        """The SMTP faults known before RCPT (the sandbox's, once AUTH named its user), for MAIL."""
+        ...
+
     @property
     def authenticated(self) -> bool:
         """Whether the client authenticated (`Received:` then says ESMTPA, RFC 3848)."""
@@ -152,6 +158,9 @@ class Reception:
     def tls_started(self) -> None:
         return None
 
+    def session_faults(self) -> FaultSet | None:
+        return None  # a mailbox is named at RCPT: its faults come with its recipient row
+
     @property
     def authenticated(self) -> bool:
         return False
@@ -173,8 +182,11 @@ class SmtpServer:
         implicit_tls: bool = False,
         metrics: Metrics | None = None,
         space: SpaceGuard | None = None,
+        faults: FaultService | None = None,
     ) -> None:
         self.ingest = ingest
+        # Answers the stages of mailboxes that have SMTP faults; None ignores them (a bare engine).
+        self.faults = faults
         self.settings = settings
         self.tls = tls
         # Implicit TLS (RFC 8314): every connection is TLS from its first byte; no STARTTLS.
@@ -551,8 +563,16 @@ class _Session(asyncio.Protocol):
             elif key != "SMTPUTF8":
                 self.error(R.PARAM_UNKNOWN)
                 return
+        declared = next((int(p[5:]) for p in params if p.upper().startswith("SIZE=")), None)
+        action = self._stage_action(self.hooks.session_faults(), "mail", sender=address)
+        if action is not NOTHING:
+            self._fault(action, lambda: self._take_sender(address, declared))
+            return
+        self._take_sender(address, declared)
+
+    def _take_sender(self, address: str, declared: int | None) -> None:
         self.sender = address
-        self.declared_size = next((int(p[5:]) for p in params if p.upper().startswith("SIZE=")), None)
+        self.declared_size = declared
         self.reply(R.SENDER_OK)
 
     def do_rcpt(self, arg: str) -> None:
@@ -592,11 +612,21 @@ class _Session(asyncio.Protocol):
             log.exception("recipient lookup failed")
             self.reply(R.TEMP_FAILURE)
         else:
-            self._accept(address, recipient)
+            if not self._accept(address, recipient):
+                return  # a fault's delay answers later, and goes on with the session then
         self.busy = False
         self.pump()
 
-    def _accept(self, address: str, recipient: Recipient) -> None:
+    def _accept(self, address: str, recipient: Recipient) -> bool:
+        """Accept the recipient, unless its mailbox's faults answer RCPT; False while a delay runs."""
+        if recipient.faults is not None:
+            action = self._stage_action(recipient.faults, "rcpt", sender=self.sender or "", recipient=address)
+            if action is not NOTHING:
+                return self._fault(action, lambda: self._take_recipient(address, recipient))
+        self._take_recipient(address, recipient)
+        return True
+
+    def _take_recipient(self, address: str, recipient: Recipient) -> None:
         # Plus addressing can name one mailbox twice: it gets one copy.
         if all(r.mailbox.id != recipient.mailbox.id for r in self.recipients):
             self.recipients.append(recipient)
@@ -613,6 +643,17 @@ class _Session(asyncio.Protocol):
         if self._short_of_space(stage="DATA"):
             self.reset()
             return
+        faults = self.server.faults
+        if faults is not None and any(r.faults is not None for r in self.recipients):
+            action = first_action(
+                faults, [r.faults for r in self.recipients], "data", client=self.peer, sender=self.sender or ""
+            )
+            if action is not NOTHING:
+                self._fault(action, self._start_data, refused=self.reset)
+                return
+        self._start_data()
+
+    def _start_data(self) -> None:
         self.reply(R.START_DATA)
         self.queue_id = uuid.uuid4().hex[:16]
         limit = self.server.settings.max_message_size
@@ -633,6 +674,12 @@ class _Session(asyncio.Protocol):
             if message.overflow:
                 answer = R.TOO_BIG
                 return
+            action = self._data_end_action()
+            if action is not NOTHING:
+                fault = await self._data_end_fault(action)
+                if fault is not None:
+                    answer = fault
+                    return
             if message.size > OFF_LOOP_BYTES:
                 async with self.server.big:
                     await self._deliver_message(message)
@@ -645,12 +692,78 @@ class _Session(asyncio.Protocol):
             log.exception("delivery failed")
         finally:
             self.held = []  # the answer goes out with those of the commands pipelined behind it
-            self.reply(answer)
-            self._record(answer, size=size, seconds=time.perf_counter() - started)
+            if answer:
+                self.reply(answer)
+            self._record(answer or "421 dropped", size=size, seconds=time.perf_counter() - started)
+            if not answer:
+                self.drop()
+            elif answer.startswith("421"):
+                self.close(None)
             self.reset()
             self.delivering = False
             self.busy = False
             self.pump()
+
+    def _data_end_action(self) -> Action:
+        faults = self.server.faults
+        if faults is None or all(r.faults is None for r in self.recipients):
+            return NOTHING
+        sets = [r.faults for r in self.recipients]
+        return first_action(faults, sets, "data_end", client=self.peer, sender=self.sender or "")
+
+    async def _data_end_fault(self, action: Action) -> str | None:
+        """A data_end fault, before anything is stored: the reply instead of 250, "" to drop the
+        connection without one, or None to go on and deliver (a delay alone)."""
+        if action.delay:
+            await asyncio.sleep(action.delay)
+        if action.disconnect:
+            return ""
+        return action.reply
+
+    # SMTP faults ------------------------------------------------------------------------------
+
+    def _stage_action(self, faults: FaultSet | None, stage: str, *, sender: str = "", recipient: str = "") -> Action:
+        engine = self.server.faults
+        if faults is None or engine is None or stage not in faults.stages:
+            return NOTHING
+        return engine.decide(faults, stage, client=self.peer, sender=sender, recipient=recipient)
+
+    def _fault(self, action: Action, proceed: Callable[[], None], *, refused: Callable[[], None] | None = None) -> bool:
+        """Answer a stage as its fault says; `proceed` gives the normal answer when the fault is a
+        delay alone. False when a delay holds the session (it goes on by itself afterwards)."""
+        if not action.delay:
+            self._answer_fault(action, proceed, refused)
+            return True
+        self._release()
+        self.busy = True
+        self.server.tasks.spawn(self._delayed(action, proceed, refused))
+        return False
+
+    async def _delayed(self, action: Action, proceed: Callable[[], None], refused: Callable[[], None] | None) -> None:
+        try:
+            await asyncio.sleep(action.delay)
+            self.held = []
+            self._answer_fault(action, proceed, refused)
+        finally:
+            self.busy = False
+            if self.transport is not None:
+                self.pump()
+
+    def _answer_fault(self, action: Action, proceed: Callable[[], None], refused: Callable[[], None] | None) -> None:
+        if action.disconnect:
+            self._record("421 dropped", size=0, seconds=action.delay, stage="fault")
+            self.drop()
+            return
+        if action.reply is None:
+            proceed()
+            return
+        if refused is not None:
+            refused()
+        self._record(action.reply, size=0, seconds=action.delay, stage="fault")
+        if action.reply.startswith("421"):
+            self.close(action.reply)  # 421 means the server closes the connection (RFC 5321 3.8)
+        else:
+            self.reply(action.reply)
 
     async def _deliver_message(self, message: _Message) -> None:
         # No local here keeps the bytes: ingest lets go of them once they are compressed.
@@ -826,6 +939,13 @@ class _Session(asyncio.Protocol):
         self._release()  # before the close, which would drop later writes
         if self.transport is not None:
             self.transport.close()
+            self.transport = None
+
+    def drop(self) -> None:
+        """Close without a reply, as a crashed server does (a `disconnect` fault)."""
+        self._release()
+        if self.transport is not None:
+            self.transport.abort()
             self.transport = None
 
     def _arm_idle(self, delay: float) -> None:
