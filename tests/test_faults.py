@@ -11,9 +11,14 @@ from typing import Any
 import pytest
 
 from tests.conftest import Harness, simple_message
-from tests.test_submission import Sandbox, plain, sandbox  # noqa: F401 (the fixture)
+from tests.test_submission import Sandbox, open_sandbox, plain
 
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+
+
+@pytest.fixture
+async def sandbox(harness: Harness) -> Sandbox:
+    return await open_sandbox(harness.http, await harness.new_user("pro"), harness.server.submission_port)
 
 
 async def put_faults(harness: Harness, mailbox: dict[str, Any], body: dict[str, Any]) -> Any:
@@ -94,7 +99,9 @@ async def test_faults_are_set_read_and_cleared_on_both_back_ends(harness: Harnes
         ({"stage": "rcpt", "reply": "452 4.2.2 Full", "disconnect": True}, "one of reply, disconnect"),
     ],
 )
-async def test_an_invalid_rule_is_refused_with_400_naming_it(harness: Harness, rule: dict[str, Any], named: str) -> None:
+async def test_an_invalid_rule_is_refused_with_400_naming_it(
+    harness: Harness, rule: dict[str, Any], named: str
+) -> None:
     box = await harness.new_mailbox()
     good = {"stage": "rcpt", "reply": "452 4.2.2 Mailbox full"}
     response = await put_faults(harness, box, {"rules": [good, rule]})

@@ -89,7 +89,8 @@ def validate(body: FaultsIn, *, sandbox: bool, now: float) -> list[Rule]:
             raise InvalidRequest(f"Invalid {name}: {problem}.")
         expires_in = rule.expires_in if rule.expires_in is not None else body.expires_in
         _check_expiry(rule.expires_in, f"{name}'s `expires_in`")
-        out.append(msgspec.structs.replace(rule, expires_in=None, expires_at=None if expires_in is None else now + expires_in))
+        expires_at = None if expires_in is None else now + expires_in
+        out.append(msgspec.structs.replace(rule, expires_in=None, expires_at=expires_at))
     return out
 
 
@@ -98,7 +99,7 @@ def _check_expiry(value: int | None, name: str) -> None:
         raise InvalidRequest(f"{name} must be between 1 and {MAX_EXPIRES_IN} seconds.")
 
 
-def _problem(rule: Rule, *, sandbox: bool) -> str | None:  # noqa: PLR0911 (one answer per mistake)
+def _problem(rule: Rule, *, sandbox: bool) -> str | None:
     if rule.stage not in STAGES:
         return f"unknown stage, expected one of {', '.join(STAGES)}"
     if rule.stage in SANDBOX_ONLY and not sandbox:

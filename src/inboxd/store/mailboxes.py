@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from inboxd.model import FaultSet, Mailbox
-from inboxd.store.faults import fault_set
 from inboxd.store import messages as message_store
 from inboxd.store import search
 from inboxd.store.db import Row, Tx
+from inboxd.store.faults import fault_set
 from inboxd.store.messages import release_sources
 
 COLUMNS = "id, user_id, token_id, address, domain_id, quota, used, password_gen, created_at, kind"
