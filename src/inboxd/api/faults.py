@@ -6,6 +6,8 @@ them. The rules themselves (stages, replies, validation, counting) live in `serv
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
@@ -16,7 +18,7 @@ from inboxd.http.body import read_json
 from inboxd.http.pipeline import Call, endpoint
 from inboxd.http.responses import json_response, no_content
 from inboxd.model import GreylistRule, Mailbox, RateRule, Rule, iso
-from inboxd.services.faults import FaultsIn
+from inboxd.services.faults import EXAMPLE_RULES, FaultsIn
 
 _DESCRIPTION = (
     "Rules at a stage (`rcpt`, `data`, `data_end`; the sandbox also `connect`, `auth`, `mail`): a "
@@ -42,7 +44,10 @@ class RuleOut(msgspec.Struct, omit_defaults=True):
 class FaultsOut(msgspec.Struct):
     """The rules in force (expired ones left out), in the order they are tried."""
 
-    rules: list[RuleOut]
+    rules: Annotated[
+        list[RuleOut],
+        msgspec.Meta(examples=[[{**r, "expires_at": "2026-11-21T15:26:00.123Z"} for r in EXAMPLE_RULES]]),
+    ]
 
 
 def _faults(rules: list[Rule]) -> FaultsOut:

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -47,9 +47,21 @@ _STATE_LIMIT = 10_000
 _REPLY = re.compile(r"([45][0-9][0-9])(?: ([45])\.[0-9]{1,3}\.[0-9]{1,3})?(?: [\x20-\x7e]{0,400})?")
 
 
+# The issue's example, shown in the API reference.
+EXAMPLE_RULES: list[dict[str, object]] = [
+    {"stage": "rcpt", "reply": "452 4.2.2 Mailbox full", "times": 2},
+    {"stage": "data_end", "delay_ms": 500},
+    {"stage": "data", "disconnect": True, "probability": 0.5},
+    {"stage": "rcpt", "greylist": {"min_retry_s": 1}},
+    {"stage": "rcpt", "rate": {"messages": 5, "per_s": 60, "reply": "421 4.7.0 Try again later"}},
+]
+
+
 class FaultsIn(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    rules: list[Rule]
-    expires_in: int | None = None
+    """A PUT's body: the rules, and `expires_in` seconds for those that do not give their own."""
+
+    rules: Annotated[list[Rule], msgspec.Meta(examples=[EXAMPLE_RULES])]
+    expires_in: Annotated[int | None, msgspec.Meta(examples=[600])] = None
 
 
 _encode = msgspec.json.Encoder().encode
