@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from inboxd.store.db import Tx
 from tests.conftest import Harness, simple_message
 from tests.test_submission import Sandbox, open_sandbox, plain
 
@@ -310,3 +311,31 @@ async def test_the_sandbox_rcpt_fault_and_clear(harness: Harness, sandbox: Sandb
     assert len(await sandbox.messages()) == 1
     cleared = await sandbox.http.delete("/api/user/sandbox/faults", headers=sandbox.auth())
     assert cleared.status_code == 204
+
+
+# The hot path -------------------------------------------------------------------------------------
+
+
+@sqlite_only
+async def test_faults_ride_on_the_cached_recipient_row_not_on_a_query_per_message(harness: Harness) -> None:
+    """Faults written behind the server's back (no `changed` on the bus, as another process
+    without a shared bus would) are not seen while the recipient's row is cached: RCPT reads no
+    faults of its own. Once the row is older than the TTL, the lookup brings them with it."""
+    box = await harness.new_mailbox()
+    await harness.send(box["address"])  # the recipient row is now cached, without faults
+    db = harness.server._db
+    assert db is not None
+    rules = '[{"stage":"rcpt","reply":"452 4.2.2 Mailbox full"}]'
+
+    async def insert(tx: Tx) -> None:
+        await tx.execute(
+            "INSERT INTO mailbox_faults (mailbox_id, version, rules, created_at) VALUES (?, 'v1', ?, 0)",
+            box["id"],
+            rules,
+        )
+
+    await db.write(insert)
+    await harness.send(box["address"])  # still the cached row: no query looked for faults
+    harness.clock.advance(harness.server.settings.recipient_cache_ttl)
+    assert (await asyncio.to_thread(rcpt, harness.server.smtp_port, box["address"]))[0] == 452
+    assert await count(harness, box) == 2
