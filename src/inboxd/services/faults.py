@@ -292,3 +292,24 @@ def first_action(
             if action is not NOTHING:
                 return action
     return NOTHING
+
+
+def describe(rule: Rule) -> str:
+    """A rule in words, for the dashboard's banner (e.g. "452 4.2.2 Mailbox full, the next 2 times")."""
+    if rule.greylist is not None:
+        what = f"greylisting: 451 4.7.1 until a retry after {rule.greylist.min_retry_s:g} s"
+    elif rule.rate is not None:
+        what = f"at most {rule.rate.messages} messages per {rule.rate.per_s:g} s, then {rule.rate.reply}"
+    elif rule.disconnect:
+        what = "drop the connection without a reply"
+    elif rule.reply is not None:
+        what = rule.reply
+    else:
+        what = "no change"
+    if rule.delay_ms:
+        what = f"wait {rule.delay_ms} ms, then {what}" if rule.reply or rule.disconnect else f"wait {rule.delay_ms} ms"
+    if rule.times is not None:
+        what += f", the next {rule.times} time{'s' if rule.times != 1 else ''}"
+    if rule.probability is not None:
+        what += f", with probability {rule.probability:g}"
+    return what

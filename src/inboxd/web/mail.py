@@ -22,6 +22,7 @@ from inboxd.http.responses import content_disposition
 from inboxd.mail.html_view import content_security_policy
 from inboxd.model import NO_FILTER, Mailbox, Principal
 from inboxd.services.filters import parse_filter
+from inboxd.web.faults import banner as faults_banner
 from inboxd.web.pages import WebCall, page, redirect, render
 
 # Bodies longer than this are cut on the page, with a link to the whole message: a 25 MB text part
@@ -34,6 +35,7 @@ _NOTICES = {
     "deleted": "The message was deleted.",
     "mailbox_deleted": "The mailbox was deleted, with all its messages.",
     "password_reset": "The password was changed. Earlier mailbox tokens stop working.",
+    "faults_cleared": "The SMTP faults were cleared: mail is answered normally again.",
 }
 
 
@@ -150,6 +152,7 @@ async def inbox(request: Request, call: WebCall) -> Response:
         smtp_host=smtp_host,
         smtp_port=smtp_port,
         notice=_NOTICES.get(request.query_params.get("notice", ""), ""),
+        faults=await faults_banner(call.services, context["mailbox"]),
     )
 
 
@@ -164,7 +167,8 @@ async def sandbox(request: Request, call: WebCall) -> Response:
     """The SMTP sandbox: its settings and snippets, and what it caught, listed like any mailbox."""
     info = await call.services.sandboxes.info(call.user)
     context = await _inbox_context(request, call, info.sandbox.mailbox)
-    return render(request, call, "sandbox.html", **context, info=info)
+    faults = await faults_banner(call.services, info.sandbox.mailbox)
+    return render(request, call, "sandbox.html", **context, info=info, faults=faults)
 
 
 @page()
