@@ -131,7 +131,8 @@ class _SubmissionSession:
         return None if faults is None else await faults.of_sandbox(mailbox_id)
 
     def session_faults(self) -> FaultSet | None:
-        return self.faults
+        # Only an authenticated session is known to be the user's before RCPT (README, SMTP faults).
+        return self.faults if self.submitter is not None else None
 
     def deliver(
         self, *, sender: str, recipients: Sequence[Recipient], envelope: Sequence[str], raw: bytes | bytearray
