@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from inboxd.client import ApiError, AsyncClient
 from inboxd.store.db import Tx
 from tests.conftest import Harness, simple_message
 from tests.test_submission import Sandbox, open_sandbox, plain
@@ -339,3 +340,26 @@ async def test_faults_ride_on_the_cached_recipient_row_not_on_a_query_per_messag
     harness.clock.advance(harness.server.settings.recipient_cache_ttl)
     assert (await asyncio.to_thread(rcpt, harness.server.smtp_port, box["address"]))[0] == 452
     assert await count(harness, box) == 2
+
+
+# The typed client ---------------------------------------------------------------------------------
+
+
+@sqlite_only
+async def test_the_async_client_sets_reads_and_clears_faults(harness: Harness, sandbox: Sandbox) -> None:
+    box = await harness.new_mailbox()
+    url = f"http://127.0.0.1:{harness.server.http_port}"
+    async with AsyncClient(url, box["token"]) as client:
+        stored = await client.set_faults(box["address"], [{"stage": "rcpt", "reply": "450 4.2.1 Busy"}], expires_in=60)
+        assert [r["reply"] for r in stored] == ["450 4.2.1 Busy"] and stored[0]["expires_at"]
+        assert await client.faults(box["address"]) == stored
+        await client.clear_faults(box["address"])
+        assert await client.faults(box["address"]) == []
+    async with AsyncClient(url, sandbox.token) as client:
+        await client.set_sandbox_faults([{"stage": "mail", "delay_ms": 10}])
+        assert await client.sandbox_faults() == [{"stage": "mail", "delay_ms": 10}]
+        await client.clear_sandbox_faults()
+        assert await client.sandbox_faults() == []
+        with pytest.raises(ApiError) as refused:
+            await client.set_sandbox_faults([{"stage": "rcpt", "probability": 2, "reply": "450 4.2.1 Busy"}])
+        assert refused.value.status == 400 and "rule 1" in refused.value.message
