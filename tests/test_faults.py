@@ -8,11 +8,13 @@ import smtplib
 import time
 from typing import Any
 
+import httpx
 import pytest
 
+from inboxd.app import Inboxd
 from inboxd.client import ApiError, AsyncClient
 from inboxd.store.db import Tx
-from tests.conftest import Harness, simple_message
+from tests.conftest import REDIS_URL, Clock, Harness, simple_message
 from tests.test_submission import Sandbox, open_sandbox, plain
 
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
@@ -363,3 +365,39 @@ async def test_the_async_client_sets_reads_and_clears_faults(harness: Harness, s
         with pytest.raises(ApiError) as refused:
             await client.set_sandbox_faults([{"stage": "rcpt", "probability": 2, "reply": "450 4.2.1 Busy"}])
         assert refused.value.status == 400 and "rule 1" in refused.value.message
+
+
+# Across processes: the counters in Redis ------------------------------------------------------------
+
+
+async def test_two_instances_sharing_redis_count_times_rate_and_greylisting_once(
+    make_settings: Any, clock: Clock
+) -> None:
+    """Two servers on one database and one Redis, as `--workers 2` runs: a rule's `times`, its
+    `rate` window and its greylisting triplets are counted once across both."""
+    settings = make_settings(redis_url=REDIS_URL)
+    servers = [Inboxd(settings, clock=clock), Inboxd(settings, clock=clock)]
+    for server in servers:
+        await server.start()
+    try:
+        assert servers[0].bootstrap_token is not None
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{servers[0].http_port}", timeout=30) as http:
+            h = Harness(server=servers[0], http=http, clock=clock, admin_token=servers[0].bootstrap_token)
+            times, rate, grey = await h.new_mailbox(), await h.new_mailbox(), await h.new_mailbox()
+            await put_faults(h, times, {"rules": [{"stage": "rcpt", "reply": "452 4.2.2 Mailbox full", "times": 2}]})
+            limit = {"messages": 2, "per_s": 60, "reply": "451 4.7.0 Slow down"}
+            await put_faults(h, rate, {"rules": [{"stage": "rcpt", "rate": limit}]})
+            await put_faults(h, grey, {"rules": [{"stage": "rcpt", "greylist": {"min_retry_s": 30}}]})
+            ports = [s.smtp_port for s in servers]
+
+            codes = [(await asyncio.to_thread(rcpt, ports[n % 2], times["address"]))[0] for n in range(4)]
+            assert codes == [452, 452, 250, 250]
+            codes = [(await asyncio.to_thread(rcpt, ports[n % 2], rate["address"]))[0] for n in range(3)]
+            assert codes == [250, 250, 451]
+            assert (await asyncio.to_thread(rcpt, ports[0], grey["address"]))[0] == 451
+            assert (await asyncio.to_thread(rcpt, ports[1], grey["address"]))[0] == 451  # seen by the other
+            clock.advance(31)
+            assert (await asyncio.to_thread(rcpt, ports[1], grey["address"]))[0] == 250
+    finally:
+        for server in servers:
+            await server.stop()

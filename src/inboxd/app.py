@@ -32,7 +32,7 @@ from inboxd.metrics import Metrics
 from inboxd.services.credentials import MailboxTokens
 from inboxd.services.domains import DomainService
 from inboxd.services.export import ExportService
-from inboxd.services.faults import FaultService
+from inboxd.services.faults import FaultCounters, FaultService, MemoryFaultCounters
 from inboxd.services.ingest import IngestService
 from inboxd.services.limits import Limiter
 from inboxd.services.limits_memory import MemoryCounters
@@ -240,6 +240,7 @@ class Inboxd:
         await services.admission.start()
         stack.push_async_callback(self._flush_last_used)
         stack.push_async_callback(services.admission.stop)
+        stack.push_async_callback(services.faults.close)
         # Under `--workers N` the first worker alone bootstraps and sweeps: the sweep's expiry
         # charges `used` back, which two processes at once could do twice on PostgreSQL. Webhook
         # delivery and search indexing claim their rows and run in every worker.
@@ -373,7 +374,9 @@ class Inboxd:
             waits=WaitService(messages, bus, admission=admission, settings=settings),
             exports=ExportService(db, clock=clock),
             space=self._space_guard(),
-            faults=FaultService(db, bus=bus, clock=clock, ttl=settings.recipient_cache_ttl),
+            faults=FaultService(
+                db, bus=bus, clock=clock, ttl=settings.recipient_cache_ttl, counters=self._fault_counters()
+            ),
         )
 
     def _space_guard(self) -> SpaceGuard:
@@ -406,6 +409,14 @@ class Inboxd:
 
             return RedisBus(self.settings.redis_url, prefix=self.settings.redis_prefix)
         return LocalBus()
+
+    def _fault_counters(self) -> FaultCounters:
+        """SMTP faults count in Redis when there is one, so every worker counts the same."""
+        if not self.settings.redis_url:
+            return MemoryFaultCounters()
+        from inboxd.services.faults_redis import RedisFaultCounters
+
+        return RedisFaultCounters.from_url(self.settings.redis_url, prefix=self.settings.redis_prefix)
 
     def _redis_counters(self) -> RedisCounters:
         from inboxd.services.limits_redis import RedisCounters

@@ -9,9 +9,10 @@ change announces `changed` on the bus, which drops every process's recipient cac
 The sandbox's rules are read when the submitter authenticates and at each message's first RCPT,
 kept for `recipient_cache_ttl` seconds and dropped on `changed` like the recipient cache.
 
-Counters (`times`, `rate`, `greylist`) live in the process that answers the SMTP session: with
-`--workers N` each process counts on its own (README, "SMTP faults"), which a test against one
-server never sees.
+Counters (`times`, `rate`, `greylist`) live where the request limits do: in Redis when there is
+one (services/faults_redis.py), so every worker counts the same; else in this process's memory,
+and `--workers N` without Redis counts per worker (README, "SMTP faults"). Only a stage that has
+rules asks them, so their round trip is never on a mailbox without faults.
 """
 
 from __future__ import annotations
@@ -21,18 +22,19 @@ import re
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Protocol, TypeVar
 
 import msgspec
 
 from inboxd.errors import InvalidRequest
 from inboxd.events import EventBus
-from inboxd.model import FaultSet, GreylistRule, Mailbox, Rule
+from inboxd.model import FaultSet, Mailbox, Rule
 from inboxd.store import faults as store
 from inboxd.store.db import Database
 
+T = TypeVar("T")
 Stage = Literal["connect", "auth", "mail", "rcpt", "data", "data_end"]
 STAGES: tuple[str, ...] = ("connect", "auth", "mail", "rcpt", "data", "data_end")
 # Stages a receiving mailbox cannot have: the session does not name the mailbox before RCPT.
@@ -79,13 +81,62 @@ class Action:
 NOTHING = Action()
 
 
-@dataclass(slots=True)
-class _Counter:
-    used: int = 0
-    hits: deque[float] = field(default_factory=deque)
-    # (client, sender, recipient) → when first seen; a triplet that waited long enough is passed.
-    seen: dict[tuple[str, str, str], float] = field(default_factory=dict)
-    passed: set[tuple[str, str, str]] = field(default_factory=set)
+class FaultCounters(Protocol):
+    """Where `times`, `rate` and greylisting count: this process's memory, or Redis shared by all."""
+
+    async def take(self, key: str, *, limit: int, ttl: float) -> bool:
+        """Count one use of `key`; False once `limit` uses were counted."""
+        ...
+
+    async def rate(self, key: str, *, messages: int, per_s: float, now: float) -> bool:
+        """Count one message in the sliding window of `per_s` seconds; False (not counted) when full."""
+        ...
+
+    async def first_seen(self, key: str, *, now: float, ttl: float) -> float:
+        """When `key` was first seen (now, if this is the first time)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class MemoryFaultCounters:
+    """This process's counters (the default, and with `--workers N` without Redis: per worker)."""
+
+    def __init__(self) -> None:
+        self._used: dict[str, int] = {}
+        self._hits: dict[str, deque[float]] = {}
+        self._seen: dict[str, float] = {}
+
+    async def take(self, key: str, *, limit: int, ttl: float) -> bool:
+        used = self._used.get(key, 0)
+        if used >= limit:
+            return False
+        _bounded(self._used)[key] = used + 1
+        return True
+
+    async def rate(self, key: str, *, messages: int, per_s: float, now: float) -> bool:
+        hits = self._hits.get(key)
+        if hits is None:
+            hits = _bounded(self._hits)[key] = deque()
+        while hits and hits[0] <= now - per_s:
+            hits.popleft()
+        if len(hits) >= messages:
+            return False
+        hits.append(now)
+        return True
+
+    async def first_seen(self, key: str, *, now: float, ttl: float) -> float:
+        return _bounded(self._seen).setdefault(key, now)
+
+    async def close(self) -> None:
+        return None
+
+
+def _bounded(table: dict[str, T]) -> dict[str, T]:
+    """`table`, emptied first when it holds `_STATE_LIMIT` keys (a flood starts the counts over)."""
+    if len(table) >= _STATE_LIMIT:
+        table.clear()
+    return table
 
 
 def validate(body: FaultsIn, *, sandbox: bool, now: float) -> list[Rule]:
@@ -168,6 +219,7 @@ class FaultService:
         bus: EventBus,
         clock: Callable[[], float],
         ttl: float,
+        counters: FaultCounters | None = None,
         chance: Callable[[], float] = random.random,
     ) -> None:
         self._db = db
@@ -175,7 +227,7 @@ class FaultService:
         self._clock = clock
         self._ttl = ttl
         self._chance = chance
-        self._counters: dict[tuple[str, int], _Counter] = {}
+        self._counters = counters or MemoryFaultCounters()
         # The sandbox's sets read lately: mailbox id → (when read, the set or None).
         self._sets: dict[str, tuple[float, FaultSet | None]] = {}
         bus.on_changed(self._sets.clear)
@@ -221,7 +273,7 @@ class FaultService:
         self._sets[mailbox_id] = (now, found)
         return found
 
-    def decide(
+    async def decide(
         self, faults: FaultSet, stage: str, *, client: str = "", sender: str = "", recipient: str = ""
     ) -> Action:
         """What `stage` does for this set now: the first rule that answers wins, delays add up."""
@@ -230,24 +282,22 @@ class FaultService:
         for index, rule in enumerate(faults.rules):
             if rule.stage != stage or (rule.expires_at is not None and now >= rule.expires_at):
                 continue
-            counter = self._counter(faults.version, index)
+            key = f"{faults.version}:{index}"
+            ttl = MAX_EXPIRES_IN if rule.expires_at is None else max(1.0, rule.expires_at - now)
             if rule.greylist is not None:
-                if _greylisted(counter, rule.greylist, (client, sender.lower(), recipient.lower()), now):
+                triplet = f"{key}:{client}|{sender.lower()}|{recipient.lower()}"
+                # A retry too early is deferred again; its clock is not reset (real greylisting).
+                if now - await self._counters.first_seen(triplet, now=now, ttl=ttl) < rule.greylist.min_retry_s:
                     return Action(delay=delay, reply=GREYLISTED)
                 continue
             if rule.rate is not None:
-                hits = counter.hits
-                while hits and hits[0] <= now - rule.rate.per_s:
-                    hits.popleft()
-                if len(hits) >= rule.rate.messages:
+                if not await self._counters.rate(key, messages=rule.rate.messages, per_s=rule.rate.per_s, now=now):
                     return Action(delay=delay, reply=rule.rate.reply)
-                hits.append(now)
-                continue
-            if rule.times is not None and counter.used >= rule.times:
                 continue
             if rule.probability is not None and self._chance() >= rule.probability:
                 continue
-            counter.used += 1
+            if rule.times is not None and not await self._counters.take(key, limit=rule.times, ttl=ttl):
+                continue
             delay += (rule.delay_ms or 0) / 1000
             if rule.disconnect:
                 return Action(delay=delay, disconnect=True)
@@ -255,40 +305,17 @@ class FaultService:
                 return Action(delay=delay, reply=rule.reply)
         return Action(delay=delay) if delay else NOTHING
 
-    def _counter(self, version: str, index: int) -> _Counter:
-        key = (version, index)
-        counter = self._counters.get(key)
-        if counter is None:
-            if len(self._counters) >= _STATE_LIMIT:
-                self._counters.clear()
-            counter = self._counters[key] = _Counter()
-        return counter
+    async def close(self) -> None:
+        await self._counters.close()
 
 
-def _greylisted(counter: _Counter, rule: GreylistRule, triplet: tuple[str, str, str], now: float) -> bool:
-    """Real greylisting: the first attempt is deferred, a retry after `min_retry_s` passes and the
-    triplet passes from then on; a retry too early is deferred again (its clock is not reset)."""
-    if triplet in counter.passed:
-        return False
-    first = counter.seen.get(triplet)
-    if first is None:
-        if len(counter.seen) >= _STATE_LIMIT:
-            counter.seen.clear()
-        counter.seen[triplet] = now
-        return True
-    if now - first < rule.min_retry_s:
-        return True
-    counter.passed.add(triplet)
-    return False
-
-
-def first_action(
-    faults: FaultService, sets: Sequence[FaultSet | None], stage: str, *, client: str, sender: str
+async def first_action(
+    faults: FaultService, sets: Sequence[FaultSet | None], stage: str, *, client: str, sender: str, recipient: str = ""
 ) -> Action:
     """The stage's action over a message's recipients (DATA, its end): the first that does something."""
     for found in sets:
         if found is not None and stage in found.stages:
-            action = faults.decide(found, stage, client=client, sender=sender)
+            action = await faults.decide(found, stage, client=client, sender=sender, recipient=recipient)
             if action is not NOTHING:
                 return action
     return NOTHING

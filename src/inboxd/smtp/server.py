@@ -564,9 +564,9 @@ class _Session(asyncio.Protocol):
                 self.error(R.PARAM_UNKNOWN)
                 return
         declared = next((int(p[5:]) for p in params if p.upper().startswith("SIZE=")), None)
-        action = self._stage_action(self.hooks.session_faults(), "mail", sender=address)
-        if action is not NOTHING:
-            self._fault(action, lambda: self._take_sender(address, declared))
+        faults = self.hooks.session_faults()
+        if faults is not None and "mail" in faults.stages:
+            self._faulty([faults], "mail", lambda: self._take_sender(address, declared), sender=address)
             return
         self._take_sender(address, declared)
 
@@ -619,10 +619,10 @@ class _Session(asyncio.Protocol):
 
     def _accept(self, address: str, recipient: Recipient) -> bool:
         """Accept the recipient, unless its mailbox's faults answer RCPT; False while a delay runs."""
-        if recipient.faults is not None:
-            action = self._stage_action(recipient.faults, "rcpt", sender=self.sender or "", recipient=address)
-            if action is not NOTHING:
-                return self._fault(action, lambda: self._take_recipient(address, recipient))
+        faults = recipient.faults
+        if faults is not None and "rcpt" in faults.stages:
+            proceed = functools.partial(self._take_recipient, address, recipient)
+            return self._faulty([faults], "rcpt", proceed, sender=self.sender or "", recipient=address)
         self._take_recipient(address, recipient)
         return True
 
@@ -643,14 +643,10 @@ class _Session(asyncio.Protocol):
         if self._short_of_space(stage="DATA"):
             self.reset()
             return
-        faults = self.server.faults
-        if faults is not None and any(r.faults is not None for r in self.recipients):
-            action = first_action(
-                faults, [r.faults for r in self.recipients], "data", client=self.peer, sender=self.sender or ""
-            )
-            if action is not NOTHING:
-                self._fault(action, self._start_data, refused=self.reset)
-                return
+        sets = [r.faults for r in self.recipients if r.faults is not None and "data" in r.faults.stages]
+        if sets:
+            self._faulty(sets, "data", self._start_data, refused=self.reset, sender=self.sender or "")
+            return
         self._start_data()
 
     def _start_data(self) -> None:
@@ -674,7 +670,7 @@ class _Session(asyncio.Protocol):
             if message.overflow:
                 answer = R.TOO_BIG
                 return
-            action = self._data_end_action()
+            action = await self._data_end_action()
             if action is not NOTHING:
                 fault = await self._data_end_fault(action)
                 if fault is not None:
@@ -704,12 +700,16 @@ class _Session(asyncio.Protocol):
             self.busy = False
             self.pump()
 
-    def _data_end_action(self) -> Action:
-        faults = self.server.faults
-        if faults is None or all(r.faults is None for r in self.recipients):
+    async def _data_end_action(self) -> Action:
+        engine = self.server.faults
+        if engine is None or all(r.faults is None for r in self.recipients):
             return NOTHING
         sets = [r.faults for r in self.recipients]
-        return first_action(faults, sets, "data_end", client=self.peer, sender=self.sender or "")
+        try:
+            return await first_action(engine, sets, "data_end", client=self.peer, sender=self.sender or "")
+        except Exception:
+            log.exception("SMTP faults could not be decided; answering normally")
+            return NOTHING
 
     async def _data_end_fault(self, action: Action) -> str | None:
         """A data_end fault, before anything is stored: the reply instead of 250, "" to drop the
@@ -722,28 +722,49 @@ class _Session(asyncio.Protocol):
 
     # SMTP faults ------------------------------------------------------------------------------
 
-    def _stage_action(self, faults: FaultSet | None, stage: str, *, sender: str = "", recipient: str = "") -> Action:
+    def _faulty(
+        self,
+        sets: list[FaultSet],
+        stage: str,
+        proceed: Callable[[], None],
+        *,
+        refused: Callable[[], None] | None = None,
+        sender: str = "",
+        recipient: str = "",
+    ) -> bool:
+        """Answer a stage that has fault rules once they are decided (their counters may live in
+        Redis): the fault's reply, a drop, or `proceed` (the normal answer) after any delay. Input
+        is held meanwhile; False, since the answer comes later."""
         engine = self.server.faults
-        if faults is None or engine is None or stage not in faults.stages:
-            return NOTHING
-        return engine.decide(faults, stage, client=self.peer, sender=sender, recipient=recipient)
-
-    def _fault(self, action: Action, proceed: Callable[[], None], *, refused: Callable[[], None] | None = None) -> bool:
-        """Answer a stage as its fault says; `proceed` gives the normal answer when the fault is a
-        delay alone. False when a delay holds the session (it goes on by itself afterwards)."""
-        if not action.delay:
-            self._answer_fault(action, proceed, refused)
+        if engine is None:
+            proceed()
             return True
         self._release()
         self.busy = True
-        self.server.tasks.spawn(self._delayed(action, proceed, refused))
+        self.server.tasks.spawn(self._decide(engine, sets, stage, proceed, refused, sender, recipient))
         return False
 
-    async def _delayed(self, action: Action, proceed: Callable[[], None], refused: Callable[[], None] | None) -> None:
+    async def _decide(
+        self,
+        engine: FaultService,
+        sets: list[FaultSet],
+        stage: str,
+        proceed: Callable[[], None],
+        refused: Callable[[], None] | None,
+        sender: str,
+        recipient: str,
+    ) -> None:
         try:
-            await asyncio.sleep(action.delay)
+            try:
+                action = await first_action(engine, sets, stage, client=self.peer, sender=sender, recipient=recipient)
+            except Exception:
+                log.exception("SMTP faults could not be decided; answering normally")
+                action = NOTHING
+            if action.delay:
+                await asyncio.sleep(action.delay)
             self.held = []
-            self._answer_fault(action, proceed, refused)
+            if self.transport is not None:
+                self._answer_fault(action, proceed, refused)
         finally:
             self.busy = False
             if self.transport is not None:

@@ -269,7 +269,7 @@ class _SubmissionSession:
         for stage in ("connect", "auth"):
             if stage not in faults.stages:
                 continue
-            action = engine.decide(faults, stage, client=session.peer)
+            action = await engine.decide(faults, stage, client=session.peer)
             if action.delay:
                 await asyncio.sleep(action.delay)
             if action.disconnect:
