@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Annotated, Literal, Protocol, TypeVar
+from typing import Annotated, Protocol, TypeVar
 
 import msgspec
 
@@ -35,7 +35,6 @@ from inboxd.store import faults as store
 from inboxd.store.db import Database
 
 T = TypeVar("T")
-Stage = Literal["connect", "auth", "mail", "rcpt", "data", "data_end"]
 STAGES: tuple[str, ...] = ("connect", "auth", "mail", "rcpt", "data", "data_end")
 # Stages a receiving mailbox cannot have: the session does not name the mailbox before RCPT.
 SANDBOX_ONLY = frozenset({"connect", "auth", "mail"})
