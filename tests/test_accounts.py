@@ -223,7 +223,8 @@ async def dashboard_mailbox(h: Harness, local: str, email: str = "admin@localhos
             data={"local": local, "domain": h.domain, "password": "", "csrf_token": csrf_of(form.text)},
             headers=origin(h),
         )
-        assert made.status_code == 201, made.text
+        # POST-redirect-GET: the answer sends the browser to the new mailbox's page.
+        assert made.status_code == 303 and made.headers["location"].startswith("/mailboxes/"), made.text
     user = await h.server.services.users.user_by_email(email)
     page, _ = await h.server.services.mailboxes.page_for_user(user, "", limit=1000)
     found = next(m for m in page if m.address == f"{local}@{h.domain}")

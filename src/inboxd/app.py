@@ -35,6 +35,7 @@ from inboxd.services.checks.reports import CheckService
 from inboxd.services.credentials import MailboxTokens
 from inboxd.services.domains import DomainService
 from inboxd.services.export import ExportService
+from inboxd.services.faults import FaultCounters, FaultService, MemoryFaultCounters
 from inboxd.services.ingest import IngestService
 from inboxd.services.limits import Limiter
 from inboxd.services.limits_memory import MemoryCounters
@@ -249,6 +250,7 @@ class Inboxd:
         stack.push_async_callback(self._flush_last_used)
         stack.push_async_callback(services.admission.stop)
         stack.push_async_callback(services.checks.close)
+        stack.push_async_callback(services.faults.close)
         # Under `--workers N` the first worker alone bootstraps and sweeps: the sweep's expiry
         # charges `used` back, which two processes at once could do twice on PostgreSQL. Webhook
         # delivery and search indexing claim their rows and run in every worker.
@@ -271,7 +273,12 @@ class Inboxd:
         stack.push_async_callback(indexer.stop)
         tls = self._smtp_tls()
         self._smtp = smtp = SmtpServer(
-            services.ingest, settings=settings, tls=tls, metrics=self.metrics, space=services.space
+            services.ingest,
+            settings=settings,
+            tls=tls,
+            metrics=self.metrics,
+            space=services.space,
+            faults=services.faults,
         )
         await smtp.start(_bind(settings.smtp_host, settings.smtp_port, listener="smtp", reuse_port=settings.reuse_port))
         stack.push_async_callback(smtp.stop)
@@ -293,10 +300,20 @@ class Inboxd:
         implicit TLS when its port is configured."""
         settings = self.settings
         hooks = Submission(
-            sandboxes=services.sandboxes, ingest=services.ingest, admission=services.admission, settings=settings
+            sandboxes=services.sandboxes,
+            ingest=services.ingest,
+            admission=services.admission,
+            settings=settings,
+            faults=services.faults,
         )
         self._submission = submission = SmtpServer(
-            services.ingest, settings=settings, tls=tls, hooks=hooks, metrics=self.metrics, space=services.space
+            services.ingest,
+            settings=settings,
+            tls=tls,
+            hooks=hooks,
+            metrics=self.metrics,
+            space=services.space,
+            faults=services.faults,
         )
         await submission.start(
             _bind(
@@ -318,6 +335,7 @@ class Inboxd:
                 implicit_tls=True,
                 metrics=self.metrics,
                 space=services.space,
+                faults=services.faults,
             )
             await implicit.start(
                 _bind(
@@ -370,6 +388,9 @@ class Inboxd:
                 db, settings=settings, clock=clock, messages=messages, admission=admission, relay=SmtpRelay(settings)
             ),
             space=self._space_guard(),
+            faults=FaultService(
+                db, bus=bus, clock=clock, ttl=settings.recipient_cache_ttl, counters=self._fault_counters()
+            ),
         )
 
     def _space_guard(self) -> SpaceGuard:
@@ -402,6 +423,14 @@ class Inboxd:
 
             return RedisBus(self.settings.redis_url, prefix=self.settings.redis_prefix)
         return LocalBus()
+
+    def _fault_counters(self) -> FaultCounters:
+        """SMTP faults count in Redis when there is one, so every worker counts the same."""
+        if not self.settings.redis_url:
+            return MemoryFaultCounters()
+        from inboxd.services.faults_redis import RedisFaultCounters
+
+        return RedisFaultCounters.from_url(self.settings.redis_url, prefix=self.settings.redis_prefix)
 
     def _redis_counters(self) -> RedisCounters:
         from inboxd.services.limits_redis import RedisCounters

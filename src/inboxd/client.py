@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack
@@ -516,7 +516,82 @@ class _Base:
         return args
 
 
-class Client(_Base):
+# --- SMTP faults (issue 27): the calls both clients share -------------------------------------------
+
+
+def _faults_path(mailbox: str | None) -> str:
+    """A mailbox's faults, or the sandbox's (None)."""
+    return "/api/user/sandbox/faults" if mailbox is None else f"/api/accounts/{_seg(mailbox)}/faults"
+
+
+def _rules(response: httpx.Response) -> list[Json]:
+    return list(_json(response)["rules"])
+
+
+def _faults_body(rules: Sequence[Mapping[str, Any]], expires_in: int | None) -> Json:
+    body: Json = {"rules": [dict(rule) for rule in rules]}
+    if expires_in is not None:
+        body["expires_in"] = expires_in
+    return body
+
+
+class _FaultCalls:
+    """`Client`'s SMTP fault calls: a PUT replaces a mailbox's (or the sandbox's) rules."""
+
+    def _run(self, call: _Call[T]) -> T:
+        raise NotImplementedError
+
+    def set_faults(
+        self, mailbox: str, rules: Sequence[Mapping[str, Any]], *, expires_in: int | None = None
+    ) -> list[Json]:
+        return self._run(_Ops.send("PUT", _faults_path(mailbox), _rules, _faults_body(rules, expires_in)))
+
+    def faults(self, mailbox: str) -> list[Json]:
+        return self._run(_Ops.get(_faults_path(mailbox), _rules))
+
+    def clear_faults(self, mailbox: str) -> None:
+        self._run(_Ops.send("DELETE", _faults_path(mailbox), _nothing))
+
+    def set_sandbox_faults(self, rules: Sequence[Mapping[str, Any]], *, expires_in: int | None = None) -> list[Json]:
+        return self._run(_Ops.send("PUT", _faults_path(None), _rules, _faults_body(rules, expires_in)))
+
+    def sandbox_faults(self) -> list[Json]:
+        return self._run(_Ops.get(_faults_path(None), _rules))
+
+    def clear_sandbox_faults(self) -> None:
+        self._run(_Ops.send("DELETE", _faults_path(None), _nothing))
+
+
+class _AsyncFaultCalls:
+    """`AsyncClient`'s SMTP fault calls, the same as `Client`'s, awaited."""
+
+    async def _run(self, call: _Call[T]) -> T:
+        raise NotImplementedError
+
+    async def set_faults(
+        self, mailbox: str, rules: Sequence[Mapping[str, Any]], *, expires_in: int | None = None
+    ) -> list[Json]:
+        return await self._run(_Ops.send("PUT", _faults_path(mailbox), _rules, _faults_body(rules, expires_in)))
+
+    async def faults(self, mailbox: str) -> list[Json]:
+        return await self._run(_Ops.get(_faults_path(mailbox), _rules))
+
+    async def clear_faults(self, mailbox: str) -> None:
+        await self._run(_Ops.send("DELETE", _faults_path(mailbox), _nothing))
+
+    async def set_sandbox_faults(
+        self, rules: Sequence[Mapping[str, Any]], *, expires_in: int | None = None
+    ) -> list[Json]:
+        return await self._run(_Ops.send("PUT", _faults_path(None), _rules, _faults_body(rules, expires_in)))
+
+    async def sandbox_faults(self) -> list[Json]:
+        return await self._run(_Ops.get(_faults_path(None), _rules))
+
+    async def clear_sandbox_faults(self) -> None:
+        await self._run(_Ops.send("DELETE", _faults_path(None), _nothing))
+
+
+class Client(_FaultCalls, _Base):
     """The synchronous client. `token`: an API token (Pro or admin for `/api/user/*`) or a mailbox token."""
 
     def __init__(
@@ -744,7 +819,7 @@ class Client(_Base):
         return self._run(_Ops.get(f"{_SANDBOX}/{_seg(message_id)}/releases", _json))
 
 
-class AsyncClient(_Base):
+class AsyncClient(_AsyncFaultCalls, _Base):
     """The asyncio client; the same operations as `Client`, awaited.
 
     A wait's `timeout` is the server's (how long it holds the request), not a local deadline, so

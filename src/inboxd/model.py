@@ -298,3 +298,46 @@ class Release:
     message_id: str
     created_at: float
     answers: tuple[RelayAnswer, ...]
+
+
+# SMTP faults (services/faults.py) -------------------------------------------------------------
+
+DEFAULT_RATE_REPLY = "421 4.7.0 Try again later"
+
+
+class RateRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    messages: int
+    per_s: float
+    reply: str = DEFAULT_RATE_REPLY
+
+
+class GreylistRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    min_retry_s: float = 1.0
+
+
+class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """One rule as the API takes it; `expires_at` (epoch seconds) is set from `expires_in`."""
+
+    stage: str
+    reply: str | None = None
+    times: int | None = None
+    probability: float | None = None
+    delay_ms: int | None = None
+    disconnect: bool = False
+    rate: RateRule | None = None
+    greylist: GreylistRule | None = None
+    expires_in: int | None = None
+    expires_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSet:
+    """A mailbox's rules as stored; `version` changes at each PUT, so counters start afresh."""
+
+    mailbox_id: str
+    version: str
+    rules: tuple[Rule, ...]
+    stages: frozenset[str]
+
+    def active(self, now: float) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if r.expires_at is None or r.expires_at > now)

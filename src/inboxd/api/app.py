@@ -4,7 +4,20 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from inboxd.api import accounts, checks, docs, messages, operations, public, releases, sandbox, server, user, webhooks
+from inboxd.api import (
+    accounts,
+    checks,
+    docs,
+    faults,
+    messages,
+    operations,
+    public,
+    releases,
+    sandbox,
+    server,
+    user,
+    webhooks,
+)
 
 
 def api_routes() -> list[BaseRoute]:
@@ -17,6 +30,7 @@ def api_routes() -> list[BaseRoute]:
         *user.routes,
         *sandbox.routes,
         *releases.routes,
+        *faults.routes,
         *webhooks.routes,
         *docs.routes,
         *operations.routes,

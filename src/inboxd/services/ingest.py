@@ -19,7 +19,7 @@ from inboxd.config import Settings
 from inboxd.errors import MessageRejected
 from inboxd.events import EventBus
 from inboxd.mail.parse import Summary, parse_summary, without_surrogates
-from inboxd.model import Mailbox, MessageSummary, NewMailEvent, iso
+from inboxd.model import FaultSet, Mailbox, MessageSummary, NewMailEvent, iso
 from inboxd.services.rawcodec import compress
 from inboxd.services.recipients import RecipientCache
 from inboxd.store import custom_domains as domain_store
@@ -40,6 +40,8 @@ _encode = msgspec.json.Encoder().encode
 class Recipient:
     mailbox: Mailbox
     plan: str
+    # The mailbox's SMTP faults (services/faults.py); None for nearly every mailbox.
+    faults: FaultSet | None = None
 
 
 def email_received_body(event: NewMailEvent, *, event_id: str, created_at: float) -> str:
@@ -99,7 +101,7 @@ class IngestService:
         hit = self._recipients.get(address.strip().lower())
         if hit is None or _refusal(hit[0], declared_size, used=hit[1]) is not None:
             return None
-        return Recipient(mailbox=hit[0].mailbox, plan=hit[0].plan)
+        return Recipient(mailbox=hit[0].mailbox, plan=hit[0].plan, faults=hit[0].faults)
 
     async def resolve(self, address: str, *, declared_size: int | None = None) -> Recipient:
         """The mailbox for an RCPT address (plus addressing included), or a named refusal."""
@@ -114,7 +116,7 @@ class IngestService:
         if refusal is not None:
             raise MessageRejected(code=refusal)
         assert found is not None
-        return Recipient(mailbox=found.mailbox, plan=found.plan)
+        return Recipient(mailbox=found.mailbox, plan=found.plan, faults=found.faults)
 
     async def _lookup(self, address: str, local: str, domain: str) -> mailbox_store.RecipientRow | None:
         now = self._clock()

@@ -11,6 +11,7 @@ from inboxd.services.checks.reports import CheckService
 from inboxd.services.credentials import MailboxTokens
 from inboxd.services.domains import DomainService
 from inboxd.services.export import ExportService
+from inboxd.services.faults import FaultService
 from inboxd.services.ingest import IngestService
 from inboxd.services.limits import Admission
 from inboxd.services.mailboxes import MailboxService
@@ -48,5 +49,6 @@ class Services:
     # A message's check report (issue 24), computed on request and kept.
     checks: CheckService
     releases: ReleaseService
+    faults: FaultService
     # The free-space guard (INBOXD_MIN_FREE_BYTES): API writes answer 507 while space is low.
     space: SpaceGuard = field(default_factory=disabled)

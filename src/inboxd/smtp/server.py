@@ -55,6 +55,8 @@ from inboxd.config import Settings
 from inboxd.errors import InboxdError, MessageRejected
 from inboxd.http.client_address import TrustedProxies, trusted_proxies
 from inboxd.metrics import Metrics
+from inboxd.model import FaultSet
+from inboxd.services.faults import NOTHING, Action, FaultService, first_action
 from inboxd.services.ingest import OFF_LOOP_BYTES, IngestService, Recipient
 from inboxd.services.limits import client_key
 from inboxd.services.space import SpaceGuard
@@ -124,6 +126,10 @@ class SessionHooks(Protocol):
         """The session restarted under TLS: forget what was said before it."""
         ...
 
+    def session_faults(self) -> FaultSet | None:
+        """The SMTP faults known before RCPT (the sandbox's, once AUTH named its user), for MAIL."""
+        ...
+
     @property
     def authenticated(self) -> bool:
         """Whether the client authenticated (`Received:` then says ESMTPA, RFC 3848)."""
@@ -165,6 +171,9 @@ class Reception:
     def tls_started(self) -> None:
         return None
 
+    def session_faults(self) -> FaultSet | None:
+        return None  # a mailbox is named at RCPT: its faults come with its recipient row
+
     @property
     def authenticated(self) -> bool:
         return False
@@ -186,8 +195,11 @@ class SmtpServer:
         implicit_tls: bool = False,
         metrics: Metrics | None = None,
         space: SpaceGuard | None = None,
+        faults: FaultService | None = None,
     ) -> None:
         self.ingest = ingest
+        # Answers the stages of mailboxes that have SMTP faults; None ignores them (a bare engine).
+        self.faults = faults
         self.settings = settings
         self.tls = tls
         # Implicit TLS (RFC 8314): every connection is TLS from its first byte; no STARTTLS.
@@ -564,8 +576,16 @@ class _Session(asyncio.Protocol):
             elif key != "SMTPUTF8":
                 self.error(R.PARAM_UNKNOWN)
                 return
+        declared = next((int(p[5:]) for p in params if p.upper().startswith("SIZE=")), None)
+        faults = self.hooks.session_faults()
+        if faults is not None and "mail" in faults.stages:
+            self._faulty([faults], "mail", lambda: self._take_sender(address, declared), sender=address)
+            return
+        self._take_sender(address, declared)
+
+    def _take_sender(self, address: str, declared: int | None) -> None:
         self.sender = address
-        self.declared_size = next((int(p[5:]) for p in params if p.upper().startswith("SIZE=")), None)
+        self.declared_size = declared
         self.reply(R.SENDER_OK)
 
     def do_rcpt(self, arg: str) -> None:
@@ -605,11 +625,21 @@ class _Session(asyncio.Protocol):
             log.exception("recipient lookup failed")
             self.reply(R.TEMP_FAILURE)
         else:
-            self._accept(address, recipient)
+            if not self._accept(address, recipient):
+                return  # a fault's delay answers later, and goes on with the session then
         self.busy = False
         self.pump()
 
-    def _accept(self, address: str, recipient: Recipient) -> None:
+    def _accept(self, address: str, recipient: Recipient) -> bool:
+        """Accept the recipient, unless its mailbox's faults answer RCPT; False while a delay runs."""
+        faults = recipient.faults
+        if faults is not None and "rcpt" in faults.stages:
+            proceed = functools.partial(self._take_recipient, address, recipient)
+            return self._faulty([faults], "rcpt", proceed, sender=self.sender or "", recipient=address)
+        self._take_recipient(address, recipient)
+        return True
+
+    def _take_recipient(self, address: str, recipient: Recipient) -> None:
         # Plus addressing can name one mailbox twice: it gets one copy.
         if all(r.mailbox.id != recipient.mailbox.id for r in self.recipients):
             self.recipients.append(recipient)
@@ -626,6 +656,13 @@ class _Session(asyncio.Protocol):
         if self._short_of_space(stage="DATA"):
             self.reset()
             return
+        sets = [r.faults for r in self.recipients if r.faults is not None and "data" in r.faults.stages]
+        if sets:
+            self._faulty(sets, "data", self._start_data, refused=self.reset, sender=self.sender or "")
+            return
+        self._start_data()
+
+    def _start_data(self) -> None:
         self.reply(R.START_DATA)
         self.queue_id = uuid.uuid4().hex[:16]
         limit = self.server.settings.max_message_size
@@ -646,6 +683,12 @@ class _Session(asyncio.Protocol):
             if message.overflow:
                 answer = R.TOO_BIG
                 return
+            action = await self._data_end_action()
+            if action is not NOTHING:
+                fault = await self._data_end_fault(action)
+                if fault is not None:
+                    answer = fault
+                    return
             if message.size > OFF_LOOP_BYTES:
                 async with self.server.big:
                     await self._deliver_message(message)
@@ -658,12 +701,103 @@ class _Session(asyncio.Protocol):
             log.exception("delivery failed")
         finally:
             self.held = []  # the answer goes out with those of the commands pipelined behind it
-            self.reply(answer)
-            self._record(answer, size=size, seconds=time.perf_counter() - started)
+            if answer:
+                self.reply(answer)
+            self._record(answer or "421 dropped", size=size, seconds=time.perf_counter() - started)
+            if not answer:
+                self.drop()
+            elif answer.startswith("421"):
+                self.close(None)
             self.reset()
             self.delivering = False
             self.busy = False
             self.pump()
+
+    async def _data_end_action(self) -> Action:
+        engine = self.server.faults
+        if engine is None or all(r.faults is None for r in self.recipients):
+            return NOTHING
+        sets = [r.faults for r in self.recipients]
+        try:
+            return await first_action(engine, sets, "data_end", client=self.peer, sender=self.sender or "")
+        except Exception:
+            log.exception("SMTP faults could not be decided; answering normally")
+            return NOTHING
+
+    async def _data_end_fault(self, action: Action) -> str | None:
+        """A data_end fault, before anything is stored: the reply instead of 250, "" to drop the
+        connection without one, or None to go on and deliver (a delay alone)."""
+        if action.delay:
+            await asyncio.sleep(action.delay)
+        if action.disconnect:
+            return ""
+        return action.reply
+
+    # SMTP faults ------------------------------------------------------------------------------
+
+    def _faulty(
+        self,
+        sets: list[FaultSet],
+        stage: str,
+        proceed: Callable[[], None],
+        *,
+        refused: Callable[[], None] | None = None,
+        sender: str = "",
+        recipient: str = "",
+    ) -> bool:
+        """Answer a stage that has fault rules once they are decided (their counters may live in
+        Redis): the fault's reply, a drop, or `proceed` (the normal answer) after any delay. Input
+        is held meanwhile; False, since the answer comes later."""
+        engine = self.server.faults
+        if engine is None:
+            proceed()
+            return True
+        self._release()
+        self.busy = True
+        self.server.tasks.spawn(self._decide(engine, sets, stage, proceed, refused, sender, recipient))
+        return False
+
+    async def _decide(
+        self,
+        engine: FaultService,
+        sets: list[FaultSet],
+        stage: str,
+        proceed: Callable[[], None],
+        refused: Callable[[], None] | None,
+        sender: str,
+        recipient: str,
+    ) -> None:
+        try:
+            try:
+                action = await first_action(engine, sets, stage, client=self.peer, sender=sender, recipient=recipient)
+            except Exception:
+                log.exception("SMTP faults could not be decided; answering normally")
+                action = NOTHING
+            if action.delay:
+                await asyncio.sleep(action.delay)
+            self.held = []
+            if self.transport is not None:
+                self._answer_fault(action, proceed, refused)
+        finally:
+            self.busy = False
+            if self.transport is not None:
+                self.pump()
+
+    def _answer_fault(self, action: Action, proceed: Callable[[], None], refused: Callable[[], None] | None) -> None:
+        if action.disconnect:
+            self._record("421 dropped", size=0, seconds=action.delay, stage="fault")
+            self.drop()
+            return
+        if action.reply is None:
+            proceed()
+            return
+        if refused is not None:
+            refused()
+        self._record(action.reply, size=0, seconds=action.delay, stage="fault")
+        if action.reply.startswith("421"):
+            self.close(action.reply)  # 421 means the server closes the connection (RFC 5321 3.8)
+        else:
+            self.reply(action.reply)
 
     async def _deliver_message(self, message: _Message) -> None:
         # No local here keeps the bytes: ingest lets go of them once they are compressed.
@@ -843,6 +977,13 @@ class _Session(asyncio.Protocol):
         self._release()  # before the close, which would drop later writes
         if self.transport is not None:
             self.transport.close()
+            self.transport = None
+
+    def drop(self) -> None:
+        """Close without a reply, as a crashed server does (a `disconnect` fault)."""
+        self._release()
+        if self.transport is not None:
+            self.transport.abort()
             self.transport = None
 
     def _arm_idle(self, delay: float) -> None:

@@ -23,14 +23,18 @@ Rules (issue 14):
 
 from __future__ import annotations
 
+import asyncio
 import binascii
 import ipaddress
 import logging
 from base64 import b64decode
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 
 from inboxd.config import Settings
 from inboxd.errors import Forbidden, MessageRejected, RateLimited, Unauthorized
+from inboxd.model import FaultSet
+from inboxd.services.faults import FaultService
 from inboxd.services.ingest import IngestService, Recipient
 from inboxd.services.limits import Admission
 from inboxd.services.sandbox import SandboxService, Submitter, Target
@@ -55,8 +59,10 @@ class Submission:
         admission: Admission,
         settings: Settings,
         plaintext_auth: bool | None = None,
+        faults: FaultService | None = None,
     ) -> None:
         self.sandboxes = sandboxes
+        self.faults = faults
         self.ingest = ingest
         self.admission = admission
         self.settings = settings
@@ -75,6 +81,8 @@ class _SubmissionSession:
         self.session = session
         self.submitter: Submitter | None = None
         self.target: Target | None = None
+        # The sandbox's SMTP faults, read at AUTH and at each message's first RCPT.
+        self.faults: FaultSet | None = None
 
     # SessionHooks ------------------------------------------------------------------------------
 
@@ -112,10 +120,19 @@ class _SubmissionSession:
             if used >= limit:
                 raise MessageRejected(code="ops_quota_exceeded")
             self.target = target
+            self.faults = await self._sandbox_faults(target.recipient.mailbox.id)
         recipient = self.target.recipient
         if declared_size and recipient.mailbox.used + declared_size > recipient.mailbox.quota:
             raise MessageRejected(code="mailbox_full")
-        return recipient
+        return recipient if self.faults is None else replace(recipient, faults=self.faults)
+
+    async def _sandbox_faults(self, mailbox_id: str) -> FaultSet | None:
+        faults = self.listener.faults
+        return None if faults is None else await faults.of_sandbox(mailbox_id)
+
+    def session_faults(self) -> FaultSet | None:
+        # Only an authenticated session is known to be the user's before RCPT (README, SMTP faults).
+        return self.faults if self.submitter is not None else None
 
     def deliver(
         self,
@@ -246,8 +263,33 @@ class _SubmissionSession:
             session.error(R.AUTH_PRO_REQUIRED)
             return
         await listener.admission.sign_in_succeeded(attempt)
+        self.faults = await self._sandbox_faults(submitter.sandbox.mailbox.id)
+        if self.faults is not None and not await self._auth_fault():
+            return
         self.submitter, self.target = submitter, None
         session.reply(R.AUTH_OK)
+
+    async def _auth_fault(self) -> bool:
+        """The sandbox's `connect` then `auth` faults, once AUTH named the user (the first moment a
+        submission session is known to be theirs); False when a fault answered instead of 235."""
+        engine, faults, session = self.listener.faults, self.faults, self.session
+        assert engine is not None and faults is not None
+        for stage in ("connect", "auth"):
+            if stage not in faults.stages:
+                continue
+            action = await engine.decide(faults, stage, client=session.peer)
+            if action.delay:
+                await asyncio.sleep(action.delay)
+            if action.disconnect:
+                session.drop()
+                return False
+            if action.reply is not None:
+                if action.reply.startswith("421"):
+                    session.close(action.reply)
+                else:
+                    session.error(action.reply)
+                return False
+        return True
 
 
 def _decode(response: bytes) -> bytes | None:

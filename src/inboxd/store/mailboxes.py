@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from inboxd.model import Mailbox
+from inboxd.model import FaultSet, Mailbox
 from inboxd.store import messages as message_store
 from inboxd.store import search
 from inboxd.store.db import Row, Tx
+from inboxd.store.faults import fault_set
 from inboxd.store.messages import release_sources
 
 COLUMNS = "id, user_id, token_id, address, domain_id, quota, used, password_gen, created_at, kind"
@@ -122,6 +123,8 @@ class RecipientRow:
     user_status: str
     # For a custom-domain mailbox: whether its domain is still registered and verified.
     domain_live: bool
+    # Its SMTP faults, read in the same query: None (the usual case) costs RCPT nothing.
+    faults: FaultSet | None = None
 
 
 async def recipient(tx: Tx, address: str, *, now: float) -> RecipientRow | None:
@@ -131,9 +134,11 @@ async def recipient(tx: Tx, address: str, *, now: float) -> RecipientRow | None:
     row = await tx.fetchrow(
         "SELECT m.id, m.user_id, m.token_id, m.address, m.domain_id, m.quota, m.used, m.password_gen, "
         "m.created_at, m.kind, u.plan, u.status AS user_status, d.verify_status, "
+        "f.version AS fault_version, f.rules AS fault_rules, "
         f"(SELECT COALESCE(SUM(x.size), 0) FROM messages x WHERE x.mailbox_id = m.id AND {message_store.DUE}) AS due "
         "FROM mailboxes m JOIN users u ON u.id = m.user_id "
-        "LEFT JOIN custom_domains d ON d.id = m.domain_id WHERE m.address = ? AND m.kind = 'mailbox'",
+        "LEFT JOIN custom_domains d ON d.id = m.domain_id LEFT JOIN mailbox_faults f ON f.mailbox_id = m.id "
+        "WHERE m.address = ? AND m.kind = 'mailbox'",
         now,
         address,
     )
@@ -143,4 +148,7 @@ async def recipient(tx: Tx, address: str, *, now: float) -> RecipientRow | None:
     if row["due"]:
         mailbox = replace(mailbox, used=max(0, mailbox.used - int(row["due"])))
     live = mailbox.domain_id is None or row["verify_status"] == "verified"
-    return RecipientRow(mailbox=mailbox, plan=row["plan"], user_status=row["user_status"], domain_live=live)
+    faults = None if row["fault_rules"] is None else fault_set(mailbox.id, row["fault_version"], row["fault_rules"])
+    return RecipientRow(
+        mailbox=mailbox, plan=row["plan"], user_status=row["user_status"], domain_live=live, faults=faults
+    )

@@ -296,3 +296,15 @@ releases = sa.Table(
     sa.Index("ix_releases_message", "message_id", "created_at"),
     sa.Index("ix_releases_user", "user_id", "created_at"),
 )
+
+
+# A mailbox's SMTP faults (services/faults.py): its rules as JSON, each with its own expiry;
+# `version` changes at each PUT so the processes' counters start afresh.
+mailbox_faults = sa.Table(
+    "mailbox_faults",
+    metadata,
+    sa.Column("mailbox_id", sa.Text, sa.ForeignKey("mailboxes.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("version", sa.Text, nullable=False),
+    sa.Column("rules", sa.Text, nullable=False),
+    sa.Column("created_at", Ts, nullable=False),
+)

@@ -28,6 +28,7 @@ from inboxd.client import (
     WaitTimedOut,
     When,
 )
+from inboxd.testing.faults import MailboxFaults, SandboxFaults
 
 M = TypeVar("M", Message, SandboxMessage)
 
@@ -137,7 +138,7 @@ class _Waiting:
         return None
 
 
-class TestMailbox(_Waiting):
+class TestMailbox(MailboxFaults, _Waiting):
     """A mailbox made for one test (the `mailbox` fixture) and deleted after it."""
 
     __test__ = False  # not a test class, despite its name
@@ -180,7 +181,7 @@ class TestMailbox(_Waiting):
         self.client.delete_mailbox(self.id)
 
 
-class TestSandbox(_Waiting):
+class TestSandbox(SandboxFaults, _Waiting):
     """The user's SMTP sandbox (the `sandbox` fixture): point the application's SMTP settings at
     `smtp_host`, `smtp_port`, `username` and `password`; what it sends is captured here."""
 

@@ -25,6 +25,7 @@ from inboxd.http.responses import content_disposition
 from inboxd.mail.html_view import content_security_policy
 from inboxd.model import NO_FILTER, Mailbox, Principal
 from inboxd.services.filters import parse_filter
+from inboxd.web.faults import banner as faults_banner
 from inboxd.web.pages import WebCall, page, redirect, render
 from inboxd.web.releases import release_context
 
@@ -58,6 +59,7 @@ _NOTICES = {
     "mailbox_deleted": "The mailbox was deleted, with all its messages.",
     "password_reset": "The password was changed. Earlier mailbox tokens stop working.",
     "created": "Mailbox created: it receives mail at once.",
+    "faults_cleared": "The SMTP faults were cleared: mail is answered normally again.",
 }
 # The session's name (with the mailbox's id) for a generated password on its way to the new mailbox's page.
 _NEW_PASSWORD = "new_mailbox_password"
@@ -218,6 +220,7 @@ async def inbox(request: Request, call: WebCall) -> Response:
         smtp_port=smtp_port,
         password=await _take_shown_once(request, call, mailbox),
         notice=_NOTICES.get(request.query_params.get("notice", ""), ""),
+        faults=await faults_banner(call.services, context["mailbox"]),
     )
 
 
@@ -233,7 +236,8 @@ async def sandbox(request: Request, call: WebCall) -> Response:
     info = await call.services.sandboxes.info(call.user)
     context = await _inbox_context(request, call, info.sandbox.mailbox)
     notice = _NOTICES.get(request.query_params.get("notice", ""), "")
-    return render(request, call, "sandbox.html", **context, info=info, notice=notice)
+    faults = await faults_banner(call.services, info.sandbox.mailbox)
+    return render(request, call, "sandbox.html", **context, info=info, notice=notice, faults=faults)
 
 
 @page()

@@ -1,4 +1,4 @@
--- inboxd schema at revision 0009
+-- inboxd schema at revision 0010
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -37,6 +37,14 @@ CREATE TABLE identities (
 	last_sign_in_at DOUBLE NOT NULL, 
 	PRIMARY KEY (provider, subject), 
 	FOREIGN KEY(user_id) REFERENCES users (id) ON DELETE CASCADE
+);
+CREATE TABLE mailbox_faults (
+	mailbox_id TEXT NOT NULL, 
+	version TEXT NOT NULL, 
+	rules TEXT NOT NULL, 
+	created_at DOUBLE NOT NULL, 
+	PRIMARY KEY (mailbox_id), 
+	FOREIGN KEY(mailbox_id) REFERENCES mailboxes (id) ON DELETE CASCADE
 );
 CREATE TABLE mailboxes (
 	id TEXT NOT NULL, 
@@ -216,4 +224,4 @@ CREATE INDEX ix_webhook_deliveries_webhook ON webhook_deliveries (webhook_id, cr
 CREATE INDEX ix_webhook_jobs_due ON webhook_jobs (due_at);
 CREATE INDEX ix_webhook_jobs_webhook ON webhook_jobs (webhook_id);
 CREATE INDEX ix_webhooks_user ON webhooks (user_id, created_at);
-INSERT INTO alembic_version (version_num) VALUES ('0009');
+INSERT INTO alembic_version (version_num) VALUES ('0010');

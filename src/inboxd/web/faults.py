@@ -1,0 +1,58 @@
+"""The dashboard's side of SMTP faults: the banner's content, and its "Clear faults" buttons.
+
+A mailbox (or the sandbox) with faults answers SMTP on purpose as a broken server would; the page
+says so plainly, so nobody mistakes a test's 452 for a real problem, and offers to clear them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from inboxd.model import Mailbox, Principal, iso
+from inboxd.services.credentials import require_pro
+from inboxd.services.faults import describe
+from inboxd.services.registry import Services
+from inboxd.web.pages import WebCall, page, redirect
+
+
+async def banner(services: Services, mailbox: Mailbox) -> list[dict[str, Any]]:
+    """The active rules as the banner lists them (empty: no banner)."""
+    return [
+        {
+            "stage": r.stage,
+            "text": describe(r),
+            "until": None if r.expires_at is None else iso(r.expires_at),
+            "until_text": None if r.expires_at is None else _short(r.expires_at),
+        }
+        for r in await services.faults.get(mailbox)
+    ]
+
+
+def _short(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+@page(operation=True)
+async def clear_mailbox_faults(request: Request, call: WebCall) -> Response:
+    principal = Principal(user=call.user, session=True)
+    mailbox = await call.services.mailboxes.find(principal, request.path_params["mailbox"], scope="user")
+    await call.services.faults.clear(mailbox)
+    return redirect(f"/mailboxes/{mailbox.id}?notice=faults_cleared")
+
+
+@page(operation=True)
+async def clear_sandbox_faults(request: Request, call: WebCall) -> Response:
+    require_pro(call.user)
+    await call.services.faults.clear(await call.services.sandboxes.mailbox(call.user))
+    return redirect("/sandbox")
+
+
+routes = [
+    Route("/mailboxes/{mailbox}/faults/clear", clear_mailbox_faults, methods=["POST"]),
+    Route("/sandbox/faults/clear", clear_sandbox_faults, methods=["POST"]),
+]
