@@ -145,6 +145,24 @@ async def delete_message(request: Request, call: Call) -> Response:
     return no_content()
 
 
+@describe(
+    "Set a message's tags",
+    tag="messages",
+    description="Replaces the message's tags with `tags` (an empty list removes them). A tag is 1 to 32 "
+    "characters of a-z, 0-9, `.`, `_` and `-`, upper case lowered; at most 10. An invalid one is 400.",
+    body=schemas.TagsIn,
+    response=schemas.TagsOut,
+    errors=(400, 404, 410),
+    extension=True,
+)
+@endpoint(mailbox_token=True)
+async def set_tags(request: Request, call: Call) -> Response:
+    body = await read_json(request, schemas.TagsIn)
+    mailbox = await _mailbox(request, call)
+    kept = await call.services.messages.set_tags(mailbox, request.path_params["id"], body.tags)
+    return json_response(schemas.TagsOut(tags=list(kept)))
+
+
 _BASE = "/api/accounts/{mailbox}/messages"
 routes = [
     Route(_BASE, list_messages, methods=["GET"]),
@@ -153,6 +171,7 @@ routes = [
     Route(_BASE + "/{id}", get_message, methods=["GET"]),
     Route(_BASE + "/{id}", delete_message, methods=["DELETE"]),
     Route(_BASE + "/{id}/read", mark_read, methods=["PUT"]),
+    Route(_BASE + "/{id}/tags", set_tags, methods=["PUT"]),
     Route(_BASE + "/{id}/source", get_source, methods=["GET"]),
     Route(_BASE + "/{id}/attachments/{index}", get_attachment, methods=["GET"]),
 ]

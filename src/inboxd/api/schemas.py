@@ -158,6 +158,12 @@ class MessageItem(msgspec.Struct):
     size: int
     is_read: bool
     created_at: Timestamp
+    tags: Annotated[
+        list[str],
+        msgspec.Meta(
+            description="Tags from `X-Tags`, the plus part of the address, or set by hand.", examples=[["signup"]]
+        ),
+    ] = []
 
 
 class MessagePage(msgspec.Struct):
@@ -206,6 +212,12 @@ class MessageDetailOut(msgspec.Struct):
     links: Annotated[
         list[LinkOut], msgspec.Meta(description="The http(s) links of the HTML and text bodies, in document order.")
     ]
+    tags: Annotated[
+        list[str],
+        msgspec.Meta(
+            description="Tags from `X-Tags`, the plus part of the address, or set by hand.", examples=[["signup"]]
+        ),
+    ] = []
 
 
 class Updated(msgspec.Struct):
@@ -435,6 +447,7 @@ def message_item(m: MessageSummary) -> MessageItem:
         size=m.size,
         is_read=m.is_read,
         created_at=iso(m.created_at),
+        tags=list(m.tags),
     )
 
 
@@ -460,6 +473,7 @@ def message_detail(d: MessageDetail) -> MessageDetailOut:
         headers=list(d.headers),
         codes=list(d.codes),
         links=[LinkOut(url=link.url, text=link.text) for link in d.links],
+        tags=list(s.tags),
     )
 
 
@@ -613,3 +627,18 @@ def sandbox_detail(d: SandboxDetail) -> SandboxDetailOut:
         codes=base.codes,
         links=base.links,
     )
+
+
+class TagsIn(msgspec.Struct, forbid_unknown_fields=True):
+    tags: Annotated[
+        list[str],
+        msgspec.Meta(
+            description="The message's whole set of tags (replaces it): at most 10, each 1 to 32 characters "
+            "of a-z, 0-9, `.`, `_` and `-` (upper case is lowered).",
+            examples=[["signup", "welcome"]],
+        ),
+    ]
+
+
+class TagsOut(msgspec.Struct):
+    tags: list[str]

@@ -26,6 +26,7 @@ from inboxd.model import (
     MessageFilter,
     MessageSummary,
 )
+from inboxd.services import tags
 from inboxd.services.mailboxes import InMailbox
 from inboxd.services.rawcodec import decompress
 from inboxd.store import messages as store
@@ -289,6 +290,15 @@ class MessageService:
 
         if not await self._db.write(remove):
             raise NotFound("No such message.")
+
+    async def set_tags(self, mailbox: Mailbox, message_id: str, wanted: Sequence[object]) -> tuple[str, ...]:
+        """Replace a live message's tags (services/tags.py says which are valid); returns them."""
+        kept = tags.checked(wanted)
+        await self._live(mailbox, message_id)
+        changed = await self._db.write(partial(store.set_tags, mailbox_id=mailbox.id, message_id=message_id, tags=kept))
+        if changed is None:
+            raise NotFound("No such message.")
+        return changed.tags
 
 
 def _encode(detail: _StoredDetail) -> str:
