@@ -6,6 +6,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
+from inboxd.client import ApiError, AsyncClient, Client
+from inboxd.testing import TestMailbox
 from tests.conftest import Harness, simple_message
 
 
@@ -145,3 +149,33 @@ async def test_a_wait_with_tag_wakes_only_for_a_message_with_that_tag(harness: H
     assert answer.status_code == 200, answer.text
     assert answer.json()["subject"] == "Welcome"
     assert answer.json()["tags"] == ["signup"]
+
+
+async def test_client_and_plugin_filter_and_set_tags(harness: Harness) -> None:
+    """The sync client under the plugin's `TestMailbox` (`wait_for(tag=...)`, `tagged`, `set_tags`)
+    and the async client's `messages(tag=...)` and `set_tags`."""
+    base = f"http://127.0.0.1:{harness.server.http_port}"
+    client = Client(base, harness.admin_token)
+    try:
+        created = await asyncio.to_thread(client.create_mailbox)
+        box = TestMailbox(client, id=created.id, address=created.address)
+        await harness.send(box.address, simple_message(subject="Newsletter"))
+        await harness.send(box.tagged("signup"), simple_message(subject="Welcome"))
+        found = await asyncio.to_thread(box.wait_for, tag="signup", timeout=10)
+        assert (found.subject, found.tags) == ("Welcome", ("signup",))
+        # Nothing newer carries the tag: the wait fails the test, naming the tag.
+        with pytest.raises(AssertionError, match="tag='signup'"):
+            await asyncio.to_thread(box.wait_for, tag="signup", timeout=0.2)
+        assert await asyncio.to_thread(box.set_tags, found.id, ["Done"]) == ["done"]
+        async with AsyncClient(base, harness.admin_token) as async_client:
+            listed = await async_client.messages(box.id, tag="done")
+            assert [(m.subject, m.tags) for m in listed] == [("Welcome", ("done",))]
+            newsletter = (await async_client.messages(box.id))[1]
+            assert newsletter.tags == ()
+            assert await async_client.set_tags(box.id, newsletter.id, ["news"]) == ["news"]
+            assert (await async_client.message(box.id, newsletter.id)).tags == ("news",)
+            with pytest.raises(ApiError) as refused:
+                await async_client.set_tags(box.id, newsletter.id, ["not valid"])
+            assert refused.value.status == 400
+    finally:
+        client.close()
