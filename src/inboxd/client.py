@@ -738,7 +738,7 @@ class Client(_FaultCalls, _Base):
 
     def set_tags(self, mailbox: str, message_id: str, tags: Sequence[str]) -> list[str]:
         """Replace the message's tags; returns them as kept (lowercase, repeats removed)."""
-        return list(self._run(_set_tags(mailbox, message_id, tags)))
+        return self._run(_set_tags(mailbox, message_id, tags))
 
     # Pro: the user's mailboxes, domains, tokens, webhooks
     def me(self) -> Json:
@@ -967,7 +967,7 @@ class AsyncClient(_AsyncFaultCalls, _Base):
 
     async def set_tags(self, mailbox: str, message_id: str, tags: Sequence[str]) -> list[str]:
         """Replace the message's tags; returns them as kept (lowercase, repeats removed)."""
-        return list(await self._run(_set_tags(mailbox, message_id, tags)))
+        return await self._run(_set_tags(mailbox, message_id, tags))
 
     async def me(self) -> Json:
         return await self._run(_Ops.get("/api/user/me", _json))
