@@ -161,7 +161,9 @@ class MessageItem(msgspec.Struct):
     tags: Annotated[
         list[str],
         msgspec.Meta(
-            description="Tags from `X-Tags`, the plus part of the address, or set by hand.", examples=[["signup"]]
+            description="Tags from `X-Tags`, the plus part of the address, or set by hand.",
+            examples=[["signup"]],
+            extra_json_schema=Extension,
         ),
     ] = []
 
@@ -215,7 +217,9 @@ class MessageDetailOut(msgspec.Struct):
     tags: Annotated[
         list[str],
         msgspec.Meta(
-            description="Tags from `X-Tags`, the plus part of the address, or set by hand.", examples=[["signup"]]
+            description="Tags from `X-Tags`, the plus part of the address, or set by hand.",
+            examples=[["signup"]],
+            extra_json_schema=Extension,
         ),
     ] = []
 
