@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import smtplib
 from typing import Any
 
 import pytest
@@ -179,3 +180,28 @@ async def test_client_and_plugin_filter_and_set_tags(harness: Harness) -> None:
             assert refused.value.status == 400
     finally:
         client.close()
+
+
+async def test_sandbox_mail_takes_x_tags_and_the_tag_filter(harness: Harness) -> None:
+    """The SMTP sandbox captures mail for any recipient: its tags come from `X-Tags` (a plus part
+    of a recipient names no mailbox there)."""
+    token = await harness.new_user("pro")
+    info = (await harness.http.get("/api/user/sandbox", headers=harness.auth(token))).json()
+
+    def send(subject: str, tags: str | None) -> None:
+        msg = simple_message(subject=subject)
+        if tags is not None:
+            msg["X-Tags"] = tags
+        with smtplib.SMTP("127.0.0.1", info["smtp_port"], timeout=30) as smtp:
+            smtp.login(info["username"], token)
+            smtp.send_message(msg, to_addrs=["customer+vip@example.org"])
+
+    await asyncio.to_thread(send, "Receipt", "Billing")
+    await asyncio.to_thread(send, "Other", None)
+    base = "/api/user/sandbox/messages"
+    listed = (await harness.http.get(base, headers=harness.auth(token))).json()["messages"]
+    assert [(m["subject"], m["tags"]) for m in listed] == [("Other", []), ("Receipt", ["billing"])]
+    only = (await harness.http.get(base, params={"tag": "billing"}, headers=harness.auth(token))).json()
+    assert [m["subject"] for m in only["messages"]] == ["Receipt"]
+    detail = (await harness.http.get(f"{base}/{listed[1]['id']}", headers=harness.auth(token))).json()
+    assert detail["tags"] == ["billing"]

@@ -35,6 +35,14 @@ Timestamp = Annotated[
 ]
 Address = Annotated[str, msgspec.Meta(description="local@domain", examples=["alice@inboxd.localhost"])]
 Extension = {"x-inboxd-extension": True}
+Tags = Annotated[
+    list[str],
+    msgspec.Meta(
+        description="Tags from `X-Tags`, the plus part of the address, or set by hand.",
+        examples=[["signup"]],
+        extra_json_schema=Extension,
+    ),
+]
 
 
 # ---- request bodies ------------------------------------------------------------------------
@@ -158,14 +166,7 @@ class MessageItem(msgspec.Struct):
     size: int
     is_read: bool
     created_at: Timestamp
-    tags: Annotated[
-        list[str],
-        msgspec.Meta(
-            description="Tags from `X-Tags`, the plus part of the address, or set by hand.",
-            examples=[["signup"]],
-            extra_json_schema=Extension,
-        ),
-    ] = []
+    tags: Tags = []
 
 
 class MessagePage(msgspec.Struct):
@@ -214,14 +215,7 @@ class MessageDetailOut(msgspec.Struct):
     links: Annotated[
         list[LinkOut], msgspec.Meta(description="The http(s) links of the HTML and text bodies, in document order.")
     ]
-    tags: Annotated[
-        list[str],
-        msgspec.Meta(
-            description="Tags from `X-Tags`, the plus part of the address, or set by hand.",
-            examples=[["signup"]],
-            extra_json_schema=Extension,
-        ),
-    ] = []
+    tags: Tags = []
 
 
 class Updated(msgspec.Struct):
@@ -391,6 +385,7 @@ class SandboxItem(msgspec.Struct):
     is_read: bool
     created_at: Timestamp
     recipients: Recipients
+    tags: Tags = []
 
 
 class SandboxPage(msgspec.Struct):
@@ -420,6 +415,7 @@ class SandboxDetailOut(msgspec.Struct):
     headers: Annotated[list[tuple[str, str]], msgspec.Meta(description="As in the message detail.")]
     codes: Annotated[list[str], msgspec.Meta(description="As in the message detail.")]
     links: Annotated[list[LinkOut], msgspec.Meta(description="As in the message detail.")]
+    tags: Tags = []
 
 
 class Deleted(msgspec.Struct):
@@ -606,6 +602,7 @@ def sandbox_item(m: SandboxMessage) -> SandboxItem:
         is_read=s.is_read,
         created_at=iso(s.created_at),
         recipients=list(m.recipients),
+        tags=list(s.tags),
     )
 
 
@@ -630,6 +627,7 @@ def sandbox_detail(d: SandboxDetail) -> SandboxDetailOut:
         headers=base.headers,
         codes=base.codes,
         links=base.links,
+        tags=base.tags,
     )
 
 
