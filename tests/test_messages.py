@@ -67,7 +67,9 @@ async def test_receive_list_and_detail(harness: Harness) -> None:
         "headers",
         "codes",
         "links",
+        "tags",
     }
+    assert d["tags"] == []
     assert d["address"] == box["address"]
     assert d["text_body"].startswith("Hallo,")
     assert "<b>anbei</b>" in d["html_body"]
