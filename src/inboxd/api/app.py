@@ -16,6 +16,7 @@ def api_routes() -> list[BaseRoute]:
         *accounts.routes,
         *user.routes,
         *sandbox.routes,
+        *checks.sandbox_routes,
         *webhooks.routes,
         *docs.routes,
         *operations.routes,

@@ -9,6 +9,8 @@ so a call lists what is there first and waits only when nothing new is: list, ta
 one; else wait for the next and list again (two mails may have been committed together). When
 nothing arrives in time it fails the test with an AssertionError that says what it waited for and
 lists what did arrive.
+
+The messages they return also have `checks()` and `assert_checks(...)` (testing/checks.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from inboxd.client import (
     WaitTimedOut,
     When,
 )
+from inboxd.testing.checks import with_checks
 
 M = TypeVar("M", Message, SandboxMessage)
 
@@ -161,20 +164,21 @@ class TestMailbox(_Waiting):
         until) after the last one returned, the moment there is one; AssertionError after `timeout`
         seconds."""
         __tracebackhide__ = True
-        return self._wait(
+        found = self._wait(
             wait=lambda **kw: self.client.wait_for(self.id, **kw),
             listing=lambda page, **kw: self.client.messages(self.id, page, **kw),
             read=lambda message_id: self.client.message(self.id, message_id),
             timeout=timeout,
             filters=filters,
         )
+        return with_checks(found, self.client, self.id)
 
     def messages(self, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:
         """A page of 30 messages, newest first."""
         return self.client.messages(self.id, page, **filters)
 
     def message(self, message_id: str) -> Message:
-        return self.client.message(self.id, message_id)
+        return with_checks(self.client.message(self.id, message_id), self.client, self.id)
 
     def delete(self) -> None:
         self.client.delete_mailbox(self.id)
@@ -199,19 +203,20 @@ class TestSandbox(_Waiting):
 
     def wait_for(self, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> SandboxMessage:
         __tracebackhide__ = True
-        return self._wait(
+        found = self._wait(
             wait=lambda **kw: self.client.wait_for_sandbox(**kw),
             listing=lambda page, **kw: self.client.sandbox_messages(page, **kw),
             read=self.client.sandbox_message,
             timeout=timeout,
             filters=filters,
         )
+        return with_checks(found, self.client, "")
 
     def messages(self, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:
         return self.client.sandbox_messages(page, **filters)
 
     def message(self, message_id: str) -> SandboxMessage:
-        return self.client.sandbox_message(message_id)
+        return with_checks(self.client.sandbox_message(message_id), self.client, "")
 
     def purge(self) -> int:
         return self.client.purge_sandbox()
