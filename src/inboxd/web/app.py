@@ -9,7 +9,7 @@ from starlette.staticfiles import StaticFiles
 
 from inboxd.auth.providers import Providers
 from inboxd.services.registry import Services
-from inboxd.web import account, admin, mail, pro, sign_in
+from inboxd.web import account, admin, checks, mail, pro, sign_in
 from inboxd.web.pages import SecurityHeaders
 
 
@@ -25,6 +25,7 @@ def routes() -> list[BaseRoute]:
         *account.routes,
         *admin.routes,
         *mail.routes,
+        *checks.routes,
         *pro.routes,
         Mount("/static", app=static, name="static", middleware=[Middleware(SecurityHeaders)]),
     ]

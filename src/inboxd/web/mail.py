@@ -22,6 +22,7 @@ from inboxd.http.responses import content_disposition
 from inboxd.mail.html_view import content_security_policy
 from inboxd.model import NO_FILTER, Mailbox, Principal
 from inboxd.services.filters import parse_filter
+from inboxd.web.checks import message_checks
 from inboxd.web.pages import WebCall, page, redirect, render
 
 # Bodies longer than this are cut on the page, with a link to the whole message: a 25 MB text part
@@ -29,7 +30,7 @@ from inboxd.web.pages import WebCall, page, redirect, render
 MAX_PAGE_TEXT = 256 * 1024
 MAX_PAGE_SOURCE = 256 * 1024
 MAILBOXES_PER_PAGE = 50
-TABS = ("html", "text", "headers", "source")
+TABS = ("html", "text", "headers", "source", "checks")
 _NOTICES = {
     "deleted": "The message was deleted.",
     "mailbox_deleted": "The mailbox was deleted, with all its messages.",
@@ -196,6 +197,7 @@ async def message(request: Request, call: WebCall) -> Response:
     if tab == "source":
         raw = await services.messages.source(mailbox, message_id)
         source = raw[:MAX_PAGE_SOURCE].decode("utf-8", "replace")
+    checks = await message_checks(call, mailbox, message_id) if tab == "checks" else None
     remote = request.query_params.get("remote") == "1"
     base = f"/mailboxes/{mailbox.id}/messages/{message_id}"
     return render(
@@ -217,6 +219,7 @@ async def message(request: Request, call: WebCall) -> Response:
         to_line=detail.to,
         cc_line=detail.cc,
         headers=detail.headers,
+        checks=checks,
     )
 
 
