@@ -9,7 +9,7 @@ needs a skipped part fails and gives that reason: a check that did not run never
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, overload
 
 from inboxd.client import Client, Message, SandboxMessage
 
@@ -166,17 +166,16 @@ class CheckableSandboxMessage(_Checks, SandboxMessage):
     _checks_mailbox: str = field(default="", repr=False, compare=False)
 
 
-M = TypeVar("M", Message, SandboxMessage)
-
-
-def with_checks(message: M, client: Client, mailbox: str) -> M:
+@overload
+def with_checks(message: SandboxMessage, client: Client, mailbox: str) -> CheckableSandboxMessage: ...
+@overload
+def with_checks(message: Message, client: Client, mailbox: str) -> CheckableMessage: ...
+def with_checks(
+    message: Message | SandboxMessage, client: Client, mailbox: str
+) -> CheckableMessage | CheckableSandboxMessage:
     """`message` as its checkable subclass, asking `client` about `mailbox` (an id or address; ""
     for the user's SMTP sandbox)."""
     values = {f.name: getattr(message, f.name) for f in fields(message) if not f.name.startswith("_checks")}
-    made: Message | SandboxMessage
     if isinstance(message, SandboxMessage):
-        made = CheckableSandboxMessage(**values, _checks_client=client, _checks_mailbox=mailbox)
-    else:
-        made = CheckableMessage(**values, _checks_client=client, _checks_mailbox=mailbox)
-    assert isinstance(made, type(message))
-    return made
+        return CheckableSandboxMessage(**values, _checks_client=client, _checks_mailbox=mailbox)
+    return CheckableMessage(**values, _checks_client=client, _checks_mailbox=mailbox)

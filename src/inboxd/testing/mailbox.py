@@ -30,7 +30,7 @@ from inboxd.client import (
     WaitTimedOut,
     When,
 )
-from inboxd.testing.checks import with_checks
+from inboxd.testing.checks import CheckableMessage, CheckableSandboxMessage, with_checks
 
 M = TypeVar("M", Message, SandboxMessage)
 
@@ -159,7 +159,7 @@ class TestMailbox(_Waiting):
     def __repr__(self) -> str:
         return f"TestMailbox({self.address!r})"
 
-    def wait_for(self, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> Message:
+    def wait_for(self, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> CheckableMessage:
         """The oldest message the filters keep (subject, from_, to, q, unread, has_attachments, since,
         until) after the last one returned, the moment there is one; AssertionError after `timeout`
         seconds."""
@@ -177,7 +177,7 @@ class TestMailbox(_Waiting):
         """A page of 30 messages, newest first."""
         return self.client.messages(self.id, page, **filters)
 
-    def message(self, message_id: str) -> Message:
+    def message(self, message_id: str) -> CheckableMessage:
         return with_checks(self.client.message(self.id, message_id), self.client, self.id)
 
     def delete(self) -> None:
@@ -201,7 +201,7 @@ class TestSandbox(_Waiting):
         self.address = info.address
         self.where = "the sandbox"
 
-    def wait_for(self, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> SandboxMessage:
+    def wait_for(self, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> CheckableSandboxMessage:
         __tracebackhide__ = True
         found = self._wait(
             wait=lambda **kw: self.client.wait_for_sandbox(**kw),
@@ -215,7 +215,7 @@ class TestSandbox(_Waiting):
     def messages(self, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:
         return self.client.sandbox_messages(page, **filters)
 
-    def message(self, message_id: str) -> SandboxMessage:
+    def message(self, message_id: str) -> CheckableSandboxMessage:
         return with_checks(self.client.sandbox_message(message_id), self.client, "")
 
     def purge(self) -> int:
