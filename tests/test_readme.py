@@ -110,7 +110,7 @@ def test_local_webhook_recipe_runs_as_shown(tmp_path: Path) -> None:
 
 def test_commands_name_what_make_run_installs() -> None:
     """After `make run`, `inboxd` is not on PATH: shell examples say `.venv/bin/inboxd`, and the MCP
-        configuration an absolute path (`tests/test_first_hour.py` runs what `mcp --config` prints), in the
+    configuration an absolute path (`tests/test_first_hour.py` runs what `mcp --config` prints), in the
     README and in every page of docs/."""
     every = "".join(page.read_text() for page in PAGES)
     for shell in blocks(every, "sh"):
