@@ -133,9 +133,13 @@ def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.split("\n"))
 
 
+# What makes a field's value quoted: a space, a quote, `=` or a backslash.
+_NEEDS_QUOTES = re.compile(r'[ "=\\]')
+
+
 def _text(value: Any) -> str:
     text = str(value)
-    return json.dumps(text) if (not text or any(c in text for c in ' "=\\')) else text
+    return json.dumps(text) if (not text or _NEEDS_QUOTES.search(text)) else text
 
 
 class JsonFormatter(logging.Formatter):

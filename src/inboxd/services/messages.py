@@ -206,15 +206,15 @@ class MessageService:
 
         async def read(tx: Tx, mailbox: Mailbox) -> list[bytes]:
             rows = await store.page_rows(tx, mailbox.id, page=page, now=now, flt=flt, scan_rows=self._scan_rows)
-            out: list[bytes] = []
-            for row in rows:
-                key = (row[store.ID], bool(row[store.IS_READ]))
-                data = kept.get(key)
-                if data is None:
-                    data = encode(store.summary_from(row))
-                    kept.put(key, data)
-                out.append(data)
-            return out
+            # row[0] and row[7] are the id and the read mark (store.COLUMNS), the mark as the database
+            # gives it (0/1 or a bool): (id, 1) and (id, True) are one key.
+            found = [kept.get((row[0], row[7])) for row in rows]
+            if None in found:
+                for i, row in enumerate(rows):
+                    if found[i] is None:
+                        data = found[i] = encode(store.summary_from(row))
+                        kept.put((row[0], bool(row[7])), data)
+            return found  # type: ignore[return-value]  # no None left
 
         return read
 

@@ -11,7 +11,6 @@ from inboxd.store import webhooks as webhook_store
 from inboxd.store.db import Row, Tx
 
 COLUMNS = "id, mailbox_id, sender, from_header, subject, preview_text, size, is_read, created_at, expires_at"
-ID, IS_READ = 0, 7  # positions in COLUMNS
 PAGE_SIZE = 30
 
 
