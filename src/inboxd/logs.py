@@ -138,7 +138,7 @@ class TextFormatter(logging.Formatter):
         fields = _fields(record)
         if fields:
             head, newline, tail = line.partition("\n")
-            head += " " + " ".join(f"{k}={_text(v)}" for k, v in fields.items())
+            head += " " + " ".join([f"{k}={_text(v)}" for k, v in fields.items()])
             line = head + newline + tail
         return line
 

@@ -127,7 +127,7 @@ async def admitted(
     # Appended as raw headers: no handler sets the limits' own headers, and `headers.update`
     # would look each one up among the response's headers first.
     response.raw_headers.extend(
-        (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in gate.headers.items()
+        [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in gate.headers.items()]
     )
     return response
 
