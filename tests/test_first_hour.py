@@ -41,10 +41,13 @@ def test_version_from_the_script_and_the_module() -> None:
         assert done.stdout.strip() == f"inboxd, version {VERSION}"
 
 
-def start_and_read_hint(env: dict[str, str]) -> tuple[list[str], str]:
-    """Start `python -m inboxd serve`, read its banner up to the sign-in hint, stop it."""
+def start_and_read_hint(env: dict[str, str], cwd: Path) -> tuple[list[str], str]:
+    """Start `python -m inboxd serve` in `cwd`, read its banner up to the sign-in hint, stop it.
+    Started outside the checkout, the interpreter is not under the working directory, so the
+    hint names it by its absolute path (from the checkout it is `.venv/bin/...`, relative)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "inboxd", "serve"],
+        cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -74,7 +77,7 @@ def test_every_start_prints_a_sign_in_command_that_runs(tmp_path: Path) -> None:
         "INBOXD_LOG_LEVEL": "warning",
     }
     for start in ("first", "second"):
-        lines, command = start_and_read_hint(env)
+        lines, command = start_and_read_hint(env, tmp_path)
         assert command.startswith(f"{sys.executable} -m inboxd "), command
         if start == "second":
             assert not any("bootstrap" in line for line in lines)

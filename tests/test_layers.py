@@ -47,3 +47,12 @@ def test_the_pipeline_sits_below_both_faces() -> None:
 
 def test_services_sit_below_the_pipeline() -> None:
     assert _into(_imports("services"), "http", "api", "web", "auth", "smtp", "worker", "app", "asgi", "cli") == []
+
+
+def test_the_address_guard_sits_below_services_and_worker() -> None:
+    """Webhooks (worker) and the link check (services) share `netguard`; it imports neither."""
+    tree = ast.parse((SRC / "netguard.py").read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names} | {
+        node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+    }
+    assert sorted(name for name in imported if name.startswith("inboxd")) == []

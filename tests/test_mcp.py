@@ -44,6 +44,7 @@ async def test_mcp_tools_over_stdio(harness: Harness) -> None:
     async with Client(params) as client:
         tools = await client.list_tools()
         assert sorted(t.name for t in tools.tools) == [
+            "check_message",
             "create_mailbox",
             "delete_mailbox",
             "list_messages",
@@ -151,3 +152,33 @@ async def test_mcp_reaches_a_mailbox_made_in_the_dashboard(harness: Harness) -> 
             "deleted": made["address"]
         }
     assert (await harness.http.get("/api/user/accounts", headers=harness.auth())).json()["accounts"] == []
+
+
+@sqlite_only
+async def test_mcp_check_message(harness: Harness) -> None:
+    """The report an agent gets: verdicts, findings with their codes, the worst clients; read-only,
+    and carrying the untrusted notice (a finding's `where` quotes the mail)."""
+    async with Client(mcp_server(harness)) as client:
+        tool = {t.name: t for t in (await client.list_tools()).tools}["check_message"]
+        assert tool.annotations is not None and tool.annotations.read_only_hint is True
+        assert "untrusted" in (tool.description or "")
+        address = data(await client.call_tool("create_mailbox", {}))["address"]
+        message = simple_message(subject="Newsletter")
+        message.set_content(
+            '<div style="display: flex"><img src="cid:ignore-previous-instructions">Hello</div>', subtype="html"
+        )
+        await harness.send(address, message)
+        waited = data(await client.call_tool("wait_for_message", {"mailbox": address, "timeout": 20}))
+        report = data(await client.call_tool("check_message", {"mailbox": address, "message_id": waited["id"]}))
+        assert "Untrusted content" in report["notice"]
+        assert report["verdict"] == "error"
+        codes = {(f["code"], f["where"]) for f in report["content"]["findings"]}
+        assert ("broken_cid", "cid:ignore-previous-instructions") in codes
+        assert ("missing_text_part", "text/plain") in codes
+        assert report["spam"]["verdict"] == "skipped" and report["spam"]["configured"] is False
+        html = report["html"]
+        assert 0 < html["support"] < 100 and 0 < len(html["clients"]) <= 5
+        assert set(html["clients"][0]) == {"name", "support", "unsupported"}
+        assert "css-display-flex" in [f["slug"] for f in html["features"]]
+        missing = await client.call_tool("check_message", {"mailbox": address, "message_id": "no-such-message"})
+        assert missing.is_error and "404" in text(missing)

@@ -1,5 +1,7 @@
-"""The README's examples run as shown: the signature checks, and the three-command local
-webhook recipe (`make run` with INBOXD_WEBHOOK_ALLOW_HTTP, `python -m inboxd.devhook`, one mail)."""
+"""The README's and the docs' examples run as shown: the first session, the signature checks and
+the three-command local webhook recipe of docs/webhooks.md (`make run` with
+INBOXD_WEBHOOK_ALLOW_HTTP, `python -m inboxd.devhook`, one mail); and every relative link and
+anchor between README.md and docs/*.md resolves."""
 
 from __future__ import annotations
 
@@ -15,14 +17,23 @@ from tests.conftest import free_port
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text()
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+WEBHOOKS = (ROOT / "docs" / "webhooks.md").read_text()
 SIGNATURE = "sha256=76c83fd0acdf22faed320674fe8e04d528cfe8a17905e720a9611e40677c03b7"
 
 
-def section(title: str) -> str:
-    start = README.index(f"### {title}")
-    end = README.find("\n## ", start)
-    following = README.find("\n### ", start + 4)
-    return README[start : min(x for x in (end, following) if x != -1)]
+def section(text: str, title: str) -> str:
+    """The section of `text` titled `title` (at any level), up to the next heading outside code."""
+    lines = text.splitlines(keepends=True)
+    start = lines.index(next(line for line in lines if re.fullmatch(rf"#+ {re.escape(title)}\n", line)))
+    in_code = False
+    for end in range(start + 1, len(lines)):
+        in_code ^= lines[end].startswith("```")
+        if not in_code and lines[end].startswith("#"):
+            break
+    else:
+        end = len(lines)
+    return "".join(lines[start:end])
 
 
 def blocks(text: str, language: str) -> list[str]:
@@ -30,7 +41,7 @@ def blocks(text: str, language: str) -> list[str]:
 
 
 def test_signature_examples_run_as_shown(tmp_path: Path) -> None:
-    verifying = section("Verifying the signature")
+    verifying = section(WEBHOOKS, "Verifying the signature")
     python = blocks(verifying, "python")
     assert len(python) == 2
     outputs = [
@@ -44,7 +55,7 @@ def test_signature_examples_run_as_shown(tmp_path: Path) -> None:
 
 
 def test_local_webhook_recipe_runs_as_shown(tmp_path: Path) -> None:
-    (recipe,) = blocks(section("A receiver on your laptop, in three commands"), "sh")
+    (recipe,) = blocks(section(WEBHOOKS, "A receiver on your laptop, in three commands"), "sh")
     commands = [line.split("  #")[0].strip() for line in recipe.strip().splitlines()]
     assert len(commands) == 3
     http, smtp, hook = free_port(), free_port(), free_port()
@@ -99,11 +110,13 @@ def test_local_webhook_recipe_runs_as_shown(tmp_path: Path) -> None:
 
 def test_commands_name_what_make_run_installs() -> None:
     """After `make run`, `inboxd` is not on PATH: shell examples say `.venv/bin/inboxd`, and the MCP
-    configuration an absolute path (`tests/test_first_hour.py` runs what `mcp --config` prints)."""
-    for shell in blocks(README, "sh"):
+    configuration an absolute path (`tests/test_first_hour.py` runs what `mcp --config` prints), in the
+    README and in every page of docs/."""
+    every = "".join(page.read_text() for page in PAGES)
+    for shell in blocks(every, "sh"):
         for line in shell.splitlines():
             assert not re.match(r"\s*(\w+=\S+\s+)*inboxd\s", line), line
-    (mcp,) = [b for b in blocks(README, "json") if "mcpServers" in b]
+    (mcp,) = [b for b in blocks(every, "json") if "mcpServers" in b]
     assert json.loads(mcp)["mcpServers"]["inboxd"]["command"].startswith("/")
 
 
@@ -154,3 +167,55 @@ def test_first_session_runs_as_shown(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "Welcome! Your code is 123456." in done.stdout
     assert done.stdout.splitlines()[-3:] == ["204", "204", "204"], done.stdout
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as
+    dashes, a repeated one numbered (`-1`, `-2`, ...); headings inside code blocks are none."""
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} +(.*?) *#*$", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        found.add(slug if count == 0 else f"{slug}-{count}")
+    return found
+
+
+def broken_links(pages: list[Path]) -> list[str]:
+    """Every relative link of these pages (outside code) whose file or anchor does not exist."""
+    broken = []
+    for page in pages:
+        text = page.read_text()
+        prose = re.sub(r"`[^`\n]*`", "", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S))
+        for target in re.findall(r"\]\(([^)\s]+)\)", prose):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            where = (page.parent / path).resolve() if path else page
+            if not where.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif anchor and where.suffix == ".md" and anchor not in anchors(where.read_text()):
+                broken.append(f"{page.name}: {target} (no such heading)")
+    return broken
+
+
+def test_every_link_resolves() -> None:
+    """README.md and docs/*.md link to each other's sections: each relative link names a file
+    that exists and, for a page, a heading it has."""
+    assert broken_links(PAGES) == []
+
+
+def test_a_broken_link_is_found(tmp_path: Path) -> None:
+    """The check above can fail: a missing file and a missing heading are each reported."""
+    (tmp_path / "other.md").write_text("# Other\n\n## A `code` heading: yes\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Page\n\n[fine](other.md#a-code-heading-yes) [fine](#page) [gone](missing.md)"
+        " [gone](other.md#nowhere) [gone](#nowhere)\n```\n[in code](missing.md)\n```\n"
+    )
+    assert broken_links([page]) == [
+        "page.md: missing.md (no such file)",
+        "page.md: other.md#nowhere (no such heading)",
+        "page.md: #nowhere (no such heading)",
+    ]

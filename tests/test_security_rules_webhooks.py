@@ -129,7 +129,7 @@ async def test_a_queued_retry_is_dropped_when_its_user_is_suspended(start: Start
 _CHILD = textwrap.dedent(
     """
     import asyncio, json, sys
-    from inboxd.worker.guard import AddressRefused, resolve_checked
+    from inboxd.netguard import AddressRefused, resolve_checked
 
     async def outcome(host, allow_private):
         try:

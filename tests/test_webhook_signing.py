@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from inboxd.errors import InvalidRequest
+from inboxd.netguard import AddressRefused, ResolutionFailed, ip_literal, is_blocked, resolve_checked
 from inboxd.services.webhooks import check_events, check_url, new_secret
 from inboxd.webhooks import VerificationError, sign, verify
-from inboxd.worker.guard import AddressRefused, ResolutionFailed, ip_literal, is_blocked, resolve_checked
 
 KNOWN_SECRET = "It's a Secret to Everybody"
 KNOWN_HEX = "76c83fd0acdf22faed320674fe8e04d528cfe8a17905e720a9611e40677c03b7"

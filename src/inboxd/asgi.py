@@ -10,7 +10,8 @@ from starlette.types import ASGIApp
 
 from inboxd.api import docs, ws
 from inboxd.api.app import api_routes
-from inboxd.api.observe import Observe
+from inboxd.api.hot_routes import with_hot_routes
+from inboxd.api.observe import HttpTally, Observe
 from inboxd.errors import InboxdError
 from inboxd.http.errors import AnswerUnexpected, on_http_error, on_inboxd_error
 from inboxd.metrics import Metrics
@@ -20,7 +21,8 @@ from inboxd.web.errors import not_found_page
 
 
 def build_asgi(services: Services, *, metrics: Metrics | None = None) -> ASGIApp:
-    """Request ids, logs and metrics around the WebSocket and the routes."""
+    """Request ids, logs and metrics around the WebSocket and the routes; the hot routes and the
+    WebSocket answered ahead of Starlette."""
     metrics = metrics or Metrics()
     routes = api_routes()
     app = Starlette(
@@ -35,9 +37,9 @@ def build_asgi(services: Services, *, metrics: Metrics | None = None) -> ASGIApp
     web.attach(app, services)
     app.state.openapi = docs.openapi_bytes(routes, base_url=services.settings.base_url)
     app.state.metrics = metrics
-    return Observe(
-        ws.with_websocket(app, services, metrics=metrics),
-        metrics=metrics,
-        routes=routes,
-        trusted_proxies=services.settings.trusted_proxies,
+    tally = HttpTally(metrics)
+    proxies = services.settings.trusted_proxies
+    rest = Observe(
+        ws.with_websocket(app, services, metrics=metrics), tally=tally, routes=routes, trusted_proxies=proxies
     )
+    return with_hot_routes(rest, starlette=app, tally=tally, trusted_proxies=proxies)

@@ -337,15 +337,43 @@ def doctor_command() -> None:
 @main.command("check")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (the API's shape).")
-def check_command(path: Path, as_json: bool) -> None:
-    """Judge a message file (.eml) without a server: HTML compatibility and content checks; links are
-    listed, spam and authentication reported as not run. Exit status 1 when there is an error."""
+@click.option(
+    "--dns",
+    "nameservers",
+    multiple=True,
+    metavar="IP[:PORT]",
+    help="Verify DKIM signatures and the ARC chain over this nameserver (repeatable; else "
+    "INBOXD_DNS_NAMESERVERS, comma-separated; without either they are not run).",
+)
+@click.option("--dns-timeout", default=5.0, show_default=True, help="Seconds per DNS lookup.")
+def check_command(path: Path, as_json: bool, nameservers: tuple[str, ...], dns_timeout: float) -> None:
+    """Judge a message file (.eml) without a server: HTML compatibility and content; DKIM and ARC
+    when a nameserver is given; links are listed, spam reported as not run, SPF and DMARC too (they
+    need the client address). Exit status 1 when there is an error."""
     import msgspec
 
-    from inboxd.mail.checks import judge_message
+    from inboxd.mail.checks import combine, judge_message
     from inboxd.mail.checks.render import render_text
 
-    report = judge_message(path.read_bytes())
+    raw = path.read_bytes()
+    servers = list(nameservers) or [
+        s.strip() for s in os.environ.get("INBOXD_DNS_NAMESERVERS", "").split(",") if s.strip()
+    ]
+    report = judge_message(
+        raw,
+        auth_reason="DKIM and ARC need DNS: pass --dns or set INBOXD_DNS_NAMESERVERS; SPF and DMARC need "
+        "the client address, which a file does not have",
+    )
+    if servers:
+        from inboxd.services.checks.auth import AuthChecker
+        from inboxd.services.checks.reports import signatures_part
+
+        checker = AuthChecker(nameservers=servers, timeout=dns_timeout, authserv_id="inboxd-check")
+        try:
+            auth = signatures_part(checker.check_signatures_blocking(raw))
+        except ValueError as exc:  # a nameserver that is not an address
+            raise click.BadParameter(str(exc), param_hint="--dns / INBOXD_DNS_NAMESERVERS") from None
+        report = combine(report.html, report.links, report.spam, auth, report.content)
     if as_json:
         click.echo(msgspec.json.format(msgspec.json.encode(report), indent=2).decode())
     else:

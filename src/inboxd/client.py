@@ -314,6 +314,11 @@ def _checks(mailbox: str, message_id: str, refresh_links: bool) -> _Call[CheckRe
     return _Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/checks", _report, query)
 
 
+def _sandbox_checks(message_id: str, refresh_links: bool) -> _Call[CheckReport]:
+    query = {"refresh": "links"} if refresh_links else None
+    return _Ops.get(f"{_SANDBOX}/{_seg(message_id)}/checks", _report, query)
+
+
 def _seg(value: str) -> str:
     return quote(value, safe="@")
 
@@ -805,6 +810,10 @@ class Client(_FaultCalls, _Base):
     def wait_for_sandbox(self, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> SandboxMessage:
         return self._wait(_SANDBOX, _filters(**filters), timeout, _sandbox_message)
 
+    def sandbox_checks(self, message_id: str, *, refresh_links: bool = False) -> CheckReport:
+        """The check report of a message the sandbox caught."""
+        return self._run(_sandbox_checks(message_id, refresh_links))
+
     def delete_sandbox_message(self, message_id: str) -> None:
         self._run(_Ops.send("DELETE", f"{_SANDBOX}/{_seg(message_id)}", _nothing))
 
@@ -1033,6 +1042,10 @@ class AsyncClient(_AsyncFaultCalls, _Base):
 
     async def wait_for_sandbox(self, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> SandboxMessage:  # noqa: ASYNC109
         return await self._wait(_SANDBOX, _filters(**filters), timeout, _sandbox_message)
+
+    async def sandbox_checks(self, message_id: str, *, refresh_links: bool = False) -> CheckReport:
+        """The check report of a message the sandbox caught."""
+        return await self._run(_sandbox_checks(message_id, refresh_links))
 
     async def delete_sandbox_message(self, message_id: str) -> None:
         await self._run(_Ops.send("DELETE", f"{_SANDBOX}/{_seg(message_id)}", _nothing))

@@ -31,6 +31,7 @@ def api_routes() -> list[BaseRoute]:
         *sandbox.routes,
         *releases.routes,
         *faults.routes,
+        *checks.sandbox_routes,
         *webhooks.routes,
         *docs.routes,
         *operations.routes,

@@ -1,6 +1,7 @@
 """`/api/accounts/{mailbox}/messages/{id}/checks`: a message's check report (issue 24), whole or one
-part. Computed at the first request and kept (services/checks/reports.py); `?refresh=links` fetches
-the links again."""
+part; `/api/user/sandbox/messages/{id}/checks` the same for a message the SMTP sandbox caught (an
+API token reaches the sandbox only under `/api/user/sandbox`). Computed at the first request and
+kept (services/checks/reports.py); `?refresh=links` fetches the links again."""
 
 from __future__ import annotations
 
@@ -113,6 +114,22 @@ async def get_checks_content(request: Request, call: Call) -> Response:
     return json_response((await _report(request, call)).content)
 
 
+@describe(
+    "Check a message the SMTP sandbox caught",
+    tag="sandbox",
+    description=_DESCRIPTION,
+    response=CheckReport,
+    query=(_REFRESH,),
+    errors=_ERRORS,
+    extension=True,
+)
+@endpoint(pro=True)
+async def get_sandbox_checks(request: Request, call: Call) -> Response:
+    mailbox = await call.services.sandboxes.mailbox(call.principal.user)
+    report = await call.services.checks.report(mailbox, request.path_params["id"], refresh=_refresh(request))
+    return json_response(report)
+
+
 _BASE = "/api/accounts/{mailbox}/messages/{id}/checks"
 routes = [
     Route(_BASE, get_checks, methods=["GET"]),
@@ -122,3 +139,5 @@ routes = [
     Route(f"{_BASE}/auth", get_checks_auth, methods=["GET"]),
     Route(f"{_BASE}/content", get_checks_content, methods=["GET"]),
 ]
+# Listed after the sandbox's own routes (api/app.py), under its tag.
+sandbox_routes = [Route("/api/user/sandbox/messages/{id}/checks", get_sandbox_checks, methods=["GET"])]

@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from inboxd.api.openapi import Query
 from inboxd.http.responses import json_response
-from inboxd.model import MessageFilter
+from inboxd.model import NO_FILTER, MessageFilter
 from inboxd.services.filters import parse_filter, parse_timeout
 from inboxd.tasks import cancel_and_wait
 
@@ -51,6 +51,9 @@ _GONE = 499
 
 
 def message_filter(request: Request) -> MessageFilter:
+    # No query string, no filter: the common case skips parsing an empty one.
+    if not request.scope["query_string"]:
+        return NO_FILTER
     return parse_filter(request.query_params)
 
 

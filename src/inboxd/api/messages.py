@@ -12,8 +12,18 @@ from inboxd.api.openapi import Query, describe
 from inboxd.http.body import read_json
 from inboxd.http.pipeline import Call, endpoint
 from inboxd.http.query import page_number
-from inboxd.http.responses import content_disposition, json_response, json_stream_response, no_content
-from inboxd.model import Mailbox
+from inboxd.http.responses import (
+    content_disposition,
+    encode_json,
+    encoded_json_response,
+    encoded_whole,
+    json_response,
+    json_stream_response,
+    no_content,
+)
+from inboxd.model import Mailbox, MessageSummary
+
+_DETAIL_STREAMED = ("text_body", "html_body")
 
 
 async def _mailbox(request: Request, call: Call) -> Mailbox:
@@ -33,9 +43,14 @@ async def _mailbox(request: Request, call: Call) -> Mailbox:
 @endpoint(mailbox_token=True)
 async def list_messages(request: Request, call: Call) -> Response:
     page = page_number(request)
-    read = call.services.messages.page_in(page, message_filter(request))
+    read = call.services.messages.page_json_in(page, message_filter(request), _item_json)
     items = await call.services.mailboxes.read_in(call.principal, request.path_params["mailbox"], read)
-    return json_response(schemas.MessagePage(messages=[schemas.message_item(m) for m in items], page=page))
+    # The bytes msgspec would give `schemas.MessagePage`, a join of items each encoded once.
+    return encoded_json_response(b'{"messages":[%b],"page":%d}' % (b",".join(items), page))
+
+
+def _item_json(m: MessageSummary) -> bytes:
+    return encode_json(schemas.message_item(m))
 
 
 @describe(
@@ -65,11 +80,16 @@ async def wait_message(request: Request, call: Call) -> Response:
 @endpoint(mailbox_token=True)
 async def get_message(request: Request, call: Call) -> Response:
     messages = call.services.messages
-    read = messages.detail_in(request.path_params["id"])
-    detail = await messages.detail_of(
-        await call.services.mailboxes.read_in(call.principal, request.path_params["mailbox"], read)
-    )
-    return json_stream_response(schemas.message_detail(detail), fields=("text_body", "html_body"))
+    read = messages.detail_in(request.path_params["id"], encoded=True)
+    opened = await call.services.mailboxes.read_in(call.principal, request.path_params["mailbox"], read)
+    if opened.encoded is not None:
+        return encoded_json_response(opened.encoded)
+    out = schemas.message_detail(await messages.detail_of(opened))
+    whole = encoded_whole(out, fields=_DETAIL_STREAMED)
+    if whole is None:
+        return json_stream_response(out, fields=_DETAIL_STREAMED)
+    messages.details.put((opened.summary.id, opened.summary.is_read), whole)
+    return encoded_json_response(whole)
 
 
 @describe(

@@ -1,4 +1,4 @@
-"""ASGI middleware around the whole HTTP face: a request id, one log line, the metrics.
+"""A request id, one log line and the metrics of every HTTP request.
 
 The request id is the client's `X-Request-ID` when it is a plausible one (1-64 characters of
 letters, digits, `.`, `_`, `-`), otherwise a fresh one; it is set for the log lines written
@@ -10,10 +10,15 @@ list the first time a request reaches it) are looked up by the endpoint the rout
 dictionary lookup a request.
 The log line's `client` is the client address as the limits see it (`http/client_address.py`:
 what a trusted proxy reports, else the peer).
+
+`Observe` is the ASGI middleware around the routes Starlette answers; the hot routes
+(`api/hot_routes.py`) call the same pieces (`incoming_id`, `HttpTally.count`, `log_access`)
+directly, one call each.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import re
 import time
@@ -25,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inboxd.http.client_address import scope_client_address
 from inboxd.logs import request_id
-from inboxd.metrics import Metrics
+from inboxd.metrics import LATENCY, Metrics
 
 log = logging.getLogger("inboxd.http")
 _PLAUSIBLE = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -43,7 +48,7 @@ def route_templates(routes: Iterable[BaseRoute]) -> dict[object, str]:
     return out
 
 
-def _incoming_id(scope: Scope) -> str:
+def incoming_id(scope: Scope) -> str:
     for name, value in scope.get("headers", ()):
         if name == HEADER:
             text: str = value.decode("latin-1")
@@ -53,12 +58,88 @@ def _incoming_id(scope: Scope) -> str:
     return uuid.uuid4().hex
 
 
+def log_access(
+    scope: Scope, *, status: int, route: str, size: int, elapsed: float, trusted_proxies: Sequence[str] = ()
+) -> None:
+    """The request's one log line (at info).
+
+    The record is made and handed to the logger's handlers as `log.info` would, without its look
+    up the stack for the caller's file and line, which no formatter here writes (`logs.py`) and
+    which cost as much as the rest of the line."""
+    if log.isEnabledFor(logging.INFO):
+        fields = {
+            "client": scope_client_address(scope, trusted_proxies),
+            "route": route,
+            "bytes": size,
+            "ms": round(elapsed * 1000, 2),
+        }
+        record = log.makeRecord(
+            log.name,
+            logging.INFO,
+            __file__,
+            0,
+            "%s %s %d",
+            (scope["method"], scope["path"], status),
+            None,
+            extra={"fields": fields},
+        )
+        log.handle(record)
+
+
+class HttpTally:
+    """`inboxd_http_requests` and `inboxd_http_request_seconds`, counted in plain integers per
+    request and handed to the Prometheus metrics when `/metrics` is scraped: a labelled
+    Prometheus update takes a lock and a label lookup per series, several microseconds a request.
+
+    With `PROMETHEUS_MULTIPROC_DIR` another process's scrape answers for this one, which it cannot
+    ask to hand over its counts: there every request updates the metrics at once.
+    """
+
+    __slots__ = ("_counts", "_direct", "_latency", "_metrics")
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self._direct = metrics.multiprocess
+        self._counts: dict[tuple[str, str, int], int] = {}
+        # Per (method, route): the count in each bucket (the last is +Inf), then the sum of seconds.
+        self._latency: dict[tuple[str, str], list[float]] = {}
+        metrics.on_scrape(self.flush)
+
+    def count(self, method: str, route: str, status: int, elapsed: float) -> None:
+        if self._direct:
+            self._metrics.http_requests.labels(method, route, str(status)).inc()
+            self._metrics.http_latency.labels(method, route).observe(elapsed)
+            return
+        key = (method, route, status)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        tally = self._latency.get((method, route))
+        if tally is None:
+            tally = self._latency[(method, route)] = [0.0] * (len(LATENCY) + 2)
+        # A bucket holds the values up to and including its bound, as Histogram.observe counts them.
+        tally[bisect.bisect_left(LATENCY, elapsed)] += 1
+        tally[-1] += elapsed
+
+    async def flush(self) -> None:
+        counts, self._counts = self._counts, {}
+        latency, self._latency = self._latency, {}
+        for (method, route, status), n in counts.items():
+            self._metrics.http_requests.labels(method, route, str(status)).inc(n)
+        for (method, route), tally in latency.items():
+            child = self._metrics.http_latency.labels(method, route)
+            # prometheus_client has no public way to add many observations at once; these are the
+            # per-bucket values `observe` increments (non-cumulative; `collect` adds them up).
+            for bucket, observed in zip(child._buckets, tally[:-1], strict=True):
+                if observed:
+                    bucket.inc(observed)
+            child._sum.inc(tally[-1])
+
+
 class Observe:
     def __init__(
-        self, app: ASGIApp, *, metrics: Metrics, routes: Iterable[BaseRoute], trusted_proxies: Sequence[str] = ()
+        self, app: ASGIApp, *, tally: HttpTally, routes: Iterable[BaseRoute], trusted_proxies: Sequence[str] = ()
     ) -> None:
         self.app = app
-        self.metrics = metrics
+        self.tally = tally
         self.templates = route_templates(routes)
         self.trusted_proxies = tuple(trusted_proxies)
         self._learned: set[int] = set()
@@ -74,7 +155,7 @@ class Observe:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = _incoming_id(scope)
+        rid = incoming_id(scope)
         token = request_id.set(rid)
         started = time.perf_counter()
         status = 500
@@ -99,22 +180,8 @@ class Observe:
                 if endpoint is not None and "app" in scope:
                     self._learn(scope["app"])
                 route = self.templates.get(endpoint, "unmatched")
-            method = scope["method"]
-            self.metrics.http_requests.labels(method, route, str(status)).inc()
-            self.metrics.http_latency.labels(method, route).observe(elapsed)
-            if log.isEnabledFor(logging.INFO):
-                log.info(
-                    "%s %s %d",
-                    method,
-                    scope["path"],
-                    status,
-                    extra={
-                        "fields": {
-                            "client": scope_client_address(scope, self.trusted_proxies),
-                            "route": route,
-                            "bytes": size,
-                            "ms": round(elapsed * 1000, 2),
-                        }
-                    },
-                )
+            self.tally.count(scope["method"], route, status, elapsed)
+            log_access(
+                scope, status=status, route=route, size=size, elapsed=elapsed, trusted_proxies=self.trusted_proxies
+            )
             request_id.reset(token)

@@ -68,6 +68,13 @@ def on_http_error(not_found_page: Page | None = None) -> Callable[[Request, Exce
     return handle
 
 
+def unexpected_fault(scope: Scope) -> Response:
+    """The answer to a fault no handler expected, logged once with its traceback (call it from
+    the `except` that caught the fault)."""
+    log.exception("unexpected fault on %s %s", scope.get("method"), scope.get("path"))
+    return json_response({"error": "internal_error", "message": "An unexpected error occurred."}, 500)
+
+
 class AnswerUnexpected:
     """ASGI middleware: a fault no handler expected becomes 500 `internal_error`, logged once.
 
@@ -96,6 +103,4 @@ class AnswerUnexpected:
         except Exception:
             if started:
                 raise
-            log.exception("unexpected fault on %s %s", scope.get("method"), scope.get("path"))
-            response = json_response({"error": "internal_error", "message": "An unexpected error occurred."}, 500)
-            await response(scope, receive, send)
+            await unexpected_fault(scope)(scope, receive, send)

@@ -124,7 +124,11 @@ async def admitted(
         raise
     if gate.allowance is None:
         await gate.admit(creates_mailbox=False)
-    response.headers.update(gate.headers)
+    # Appended as raw headers: no handler sets the limits' own headers, and `headers.update`
+    # would look each one up among the response's headers first.
+    response.raw_headers.extend(
+        [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in gate.headers.items()]
+    )
     return response
 
 

@@ -17,16 +17,33 @@ def json_response(data: Any, status: int = 200, headers: dict[str, str] | None =
     return Response(_encoder.encode(data), status_code=status, media_type=JSON, headers=headers)
 
 
+def encoded_json_response(body: bytes, status: int = 200) -> Response:
+    """JSON already encoded (kept from an earlier answer)."""
+    return Response(body, status_code=status, media_type=JSON)
+
+
+def encode_json(data: Any) -> bytes:
+    return _encoder.encode(data)
+
+
 _STREAM_CHARS = 64 * 1024
+
+
+def encoded_whole(data: msgspec.Struct, *, fields: tuple[str, ...]) -> bytes | None:
+    """`data` encoded, when `json_stream_response` would send it whole; None when it would stream."""
+    if sum(len(getattr(data, name)) for name in fields) <= _STREAM_CHARS:
+        return _encoder.encode(data)
+    return None
 
 
 def json_stream_response(data: msgspec.Struct, *, fields: tuple[str, ...], status: int = 200) -> Response:
     """`data` as JSON, its long string `fields` encoded piece by piece while the answer is sent:
     a body of control characters grows sixfold in JSON, and this never holds it encoded whole.
     Each named field must hold a str and be encoded by name with no rename."""
+    whole = encoded_whole(data, fields=fields)
+    if whole is not None:
+        return encoded_json_response(whole, status)
     values = {name: getattr(data, name) for name in fields}
-    if sum(len(v) for v in values.values()) <= _STREAM_CHARS:
-        return json_response(data, status)
     skeleton = _encoder.encode(msgspec.structs.replace(data, **dict.fromkeys(fields, "")))
     pieces: list[tuple[bytes, str]] = []
     rest = skeleton

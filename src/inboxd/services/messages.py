@@ -71,6 +71,46 @@ class _PartIndex:
             self._held -= len(dropped) + 1
 
 
+# What the encoded JSON kept in memory may hold (`KeptJson`): a list item is about 400 bytes, a
+# detail up to six times its bodies (those above 64 KiB are streamed and not kept).
+KEPT_ITEM_BYTES = 4 * 1024 * 1024
+KEPT_DETAIL_BYTES = 8 * 1024 * 1024
+
+# A kept JSON is keyed by the message's id and its read mark: everything else an answer says of a
+# message (sender, subject, size, its mailbox's address, the parse...) never changes once it is
+# stored, and the read mark is read with the message on every request, so a mark, in this process
+# or another, selects the other entry instead of serving a stale one. A deleted or expired message
+# is not read at all.
+KeptKey = tuple[str, bool]
+
+
+class KeptJson:
+    """Encoded JSON answers by `KeptKey`, bounded in bytes, the oldest kept dropped first (not
+    the least recently used: a hit is then one dict lookup; a dropped entry is encoded again)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._held = 0
+        self._entries: dict[KeptKey, bytes] = {}
+        self.get = self._entries.get
+
+    def put(self, key: KeptKey, data: bytes) -> None:
+        if key in self._entries or len(data) * 16 > self._max_bytes:
+            return
+        self._entries[key] = data
+        self._held += len(data)
+        while self._held > self._max_bytes:
+            self._held -= len(self._entries.pop(next(iter(self._entries))))
+
+    def forget(self, message_ids: Sequence[str]) -> None:
+        """Drop a deleted message's entries (memory only: it would never be read again)."""
+        for message_id in message_ids:
+            for is_read in (False, True):
+                dropped = self._entries.pop((message_id, is_read), None)
+                if dropped is not None:
+                    self._held -= len(dropped)
+
+
 # The kept parse says which version of it it is; an older one is parsed again on its next open, so
 # fields added since (codes, links, headers...) appear on messages received before them. Raise it
 # too when the rules of inboxd.mail.codes change, so kept codes and links follow them.
@@ -116,6 +156,8 @@ class Opened:
     mailbox: Mailbox
     summary: MessageSummary
     kept: str | None  # the parse kept from an earlier opening, if any
+    # The detail's JSON kept from an earlier answer (`MessageService.details`): then `kept` is not read.
+    encoded: bytes | None = None
 
 
 def _live(summary: MessageSummary | None, now: float) -> MessageSummary:
@@ -134,6 +176,9 @@ class MessageService:
         # What a row-reading filter may read of a mailbox (`INBOXD_FILTER_SCAN_ROWS`; 0: no bound).
         self._scan_rows = scan_rows
         self._parts = _PartIndex(PART_INDEX_PARTS)
+        # The API's encoded list items and details (encode once: a page is a join of kept items).
+        self.items = KeptJson(KEPT_ITEM_BYTES)
+        self.details = KeptJson(KEPT_DETAIL_BYTES)
 
     async def page(self, mailbox: Mailbox, page: int, flt: MessageFilter = NO_FILTER) -> list[MessageSummary]:
         read = self.page_in(page, flt)
@@ -147,6 +192,30 @@ class MessageService:
 
         async def read(tx: Tx, mailbox: Mailbox) -> list[MessageSummary]:
             return await store.page(tx, mailbox.id, page=page, now=now, flt=flt, scan_rows=self._scan_rows)
+
+        return read
+
+    def page_json_in(
+        self, page: int, flt: MessageFilter, encode: Callable[[MessageSummary], bytes]
+    ) -> InMailbox[list[bytes]]:
+        """`page_in` as each message's encoded item: `encode` once per message and read mark, then
+        kept in `items`."""
+        if page < 1:
+            raise InvalidRequest("`page` must be an integer of at least 1.")
+        now = self._clock()
+        kept = self.items
+
+        async def read(tx: Tx, mailbox: Mailbox) -> list[bytes]:
+            rows = await store.page_rows(tx, mailbox.id, page=page, now=now, flt=flt, scan_rows=self._scan_rows)
+            # row[0] and row[7] are the id and the read mark (store.COLUMNS), the mark as the database
+            # gives it (0/1 or a bool): (id, 1) and (id, True) are one key.
+            found = [kept.get((row[0], row[7])) for row in rows]
+            if None in found:
+                for i, row in enumerate(rows):
+                    if found[i] is None:
+                        data = found[i] = encode(store.summary_from(row))
+                        kept.put((row[0], bool(row[7])), data)
+            return found  # type: ignore[return-value]  # no None left
 
         return read
 
@@ -183,13 +252,17 @@ class MessageService:
         read = self.detail_in(message_id)
         return await self.detail_of(await self._db.read(lambda tx: read(tx, mailbox)))
 
-    def detail_in(self, message_id: str) -> InMailbox[Opened]:
+    def detail_in(self, message_id: str, *, encoded: bool = False) -> InMailbox[Opened]:
         """A message and its kept parse as a read inside a mailbox, for `MailboxService.read_in`;
-        `detail_of` makes the detail of what it read."""
+        `detail_of` makes the detail of what it read. With `encoded`, a detail's JSON kept in
+        `details` is taken instead of the parse (`Opened.encoded`)."""
         now = self._clock()
 
         async def read(tx: Tx, mailbox: Mailbox) -> Opened:
             summary = _live(await store.get(tx, mailbox.id, message_id), now)
+            kept_json = self.details.get((summary.id, summary.is_read)) if encoded else None
+            if kept_json is not None:
+                return Opened(mailbox=mailbox, summary=summary, kept=None, encoded=kept_json)
             return Opened(mailbox=mailbox, summary=summary, kept=await store.detail_json(tx, summary.id))
 
         return read
@@ -290,6 +363,8 @@ class MessageService:
 
         if not await self._db.write(remove):
             raise NotFound("No such message.")
+        self.items.forget([message_id])
+        self.details.forget([message_id])
 
     async def set_tags(self, mailbox: Mailbox, message_id: str, wanted: Sequence[object]) -> tuple[str, ...]:
         """Replace a live message's tags (services/tags.py says which are valid); returns them."""

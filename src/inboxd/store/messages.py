@@ -183,6 +183,22 @@ async def page(
     scan_rows: int = 0,
 ) -> list[MessageSummary]:
     """A page of the filtered list; `scan_rows` bounds what a row-reading filter reads (store/search.py)."""
+    rows = await page_rows(tx, mailbox_id, page=page, now=now, flt=flt, size=size, scan_rows=scan_rows)
+    return [summary_from(r) for r in rows]
+
+
+async def page_rows(
+    tx: Tx,
+    mailbox_id: str,
+    *,
+    page: int,
+    now: float,
+    flt: MessageFilter = NO_FILTER,
+    size: int = PAGE_SIZE,
+    scan_rows: int = 0,
+) -> list[Row]:
+    """`page` as rows of COLUMNS (`summary_from` makes each a summary): a caller holding the
+    encoded item of a message needs only its id and read mark."""
     q = await search.query(tx, mailbox_id, flt, scan_rows=scan_rows)
     where = " AND ".join([*q.where, "m.mailbox_id = ?", "m.deleted = 0", "m.expires_at > ?"])
     columns = ", ".join(f"m.{c}" for c in COLUMNS.split(", "))
@@ -194,7 +210,7 @@ async def page(
         (page - 1) * size,
     )
     await search.check_bound(tx, mailbox_id, flt, q, found=len(rows), size=size)
-    return [summary_from(r) for r in rows]
+    return rows
 
 
 async def get(tx: Tx, mailbox_id: str, message_id: str) -> MessageSummary | None:

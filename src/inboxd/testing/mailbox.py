@@ -9,6 +9,8 @@ so a call lists what is there first and waits only when nothing new is: list, ta
 one; else wait for the next and list again (two mails may have been committed together). When
 nothing arrives in time it fails the test with an AssertionError that says what it waited for and
 lists what did arrive.
+
+The messages they return also have `checks()` and `assert_checks(...)` (testing/checks.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from inboxd.client import (
     WaitTimedOut,
     When,
 )
+from inboxd.testing.checks import CheckableMessage, CheckableSandboxMessage, with_checks
 from inboxd.testing.faults import MailboxFaults, SandboxFaults
 
 M = TypeVar("M", Message, SandboxMessage)
@@ -157,18 +160,19 @@ class TestMailbox(MailboxFaults, _Waiting):
     def __repr__(self) -> str:
         return f"TestMailbox({self.address!r})"
 
-    def wait_for(self, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> Message:
+    def wait_for(self, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> CheckableMessage:
         """The oldest message the filters keep (subject, from_, to, q, unread, has_attachments, since,
         until, tag) after the last one returned, the moment there is one; AssertionError after `timeout`
         seconds."""
         __tracebackhide__ = True
-        return self._wait(
+        found = self._wait(
             wait=lambda **kw: self.client.wait_for(self.id, **kw),
             listing=lambda page, **kw: self.client.messages(self.id, page, **kw),
             read=lambda message_id: self.client.message(self.id, message_id),
             timeout=timeout,
             filters=filters,
         )
+        return with_checks(found, self.client, self.id)
 
     def messages(self, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:
         """A page of 30 messages, newest first."""
@@ -183,8 +187,8 @@ class TestMailbox(MailboxFaults, _Waiting):
         """Replace a message's tags; returns them as kept."""
         return self.client.set_tags(self.id, message_id, tags)
 
-    def message(self, message_id: str) -> Message:
-        return self.client.message(self.id, message_id)
+    def message(self, message_id: str) -> CheckableMessage:
+        return with_checks(self.client.message(self.id, message_id), self.client, self.id)
 
     def delete(self) -> None:
         self.client.delete_mailbox(self.id)
@@ -207,21 +211,22 @@ class TestSandbox(SandboxFaults, _Waiting):
         self.address = info.address
         self.where = "the sandbox"
 
-    def wait_for(self, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> SandboxMessage:
+    def wait_for(self, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> CheckableSandboxMessage:
         __tracebackhide__ = True
-        return self._wait(
+        found = self._wait(
             wait=lambda **kw: self.client.wait_for_sandbox(**kw),
             listing=lambda page, **kw: self.client.sandbox_messages(page, **kw),
             read=self.client.sandbox_message,
             timeout=timeout,
             filters=filters,
         )
+        return with_checks(found, self.client, "")
 
     def messages(self, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:
         return self.client.sandbox_messages(page, **filters)
 
-    def message(self, message_id: str) -> SandboxMessage:
-        return self.client.sandbox_message(message_id)
+    def message(self, message_id: str) -> CheckableSandboxMessage:
+        return with_checks(self.client.sandbox_message(message_id), self.client, "")
 
     def purge(self) -> int:
         return self.client.purge_sandbox()

@@ -9,7 +9,7 @@ from starlette.staticfiles import StaticFiles
 
 from inboxd.auth.providers import Providers
 from inboxd.services.registry import Services
-from inboxd.web import account, admin, faults, mail, pro, releases, sign_in
+from inboxd.web import account, admin, checks, faults, mail, pro, releases, sign_in
 from inboxd.web.pages import SecurityHeaders
 
 
@@ -27,6 +27,7 @@ def routes() -> list[BaseRoute]:
         *mail.routes,
         *releases.routes,
         *faults.routes,
+        *checks.routes,
         *pro.routes,
         Mount("/static", app=static, name="static", middleware=[Middleware(SecurityHeaders)]),
     ]

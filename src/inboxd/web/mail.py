@@ -25,6 +25,7 @@ from inboxd.http.responses import content_disposition
 from inboxd.mail.html_view import content_security_policy
 from inboxd.model import NO_FILTER, Mailbox, Principal
 from inboxd.services.filters import parse_filter
+from inboxd.web.checks import message_checks
 from inboxd.web.faults import banner as faults_banner
 from inboxd.web.pages import WebCall, page, redirect, render
 from inboxd.web.releases import release_context
@@ -52,6 +53,7 @@ TABS = (
     Tab("links", "Links"),
     Tab("headers", "Headers"),
     Tab("source", "Source"),
+    Tab("checks", "Checks"),
 )
 TAB_KEYS = frozenset(t.key for t in TABS)
 _NOTICES = {
@@ -275,6 +277,7 @@ async def message(request: Request, call: WebCall) -> Response:
     if tab == "source":
         raw = await services.messages.source(mailbox, message_id)
         source = raw[:MAX_PAGE_SOURCE].decode("utf-8", "replace")
+    checks = await message_checks(call, mailbox, message_id) if tab == "checks" else None
     remote = request.query_params.get("remote") == "1"
     home = home_of(mailbox)
     base = f"{home}/messages/{detail.summary.id}"
@@ -300,6 +303,7 @@ async def message(request: Request, call: WebCall) -> Response:
         cc_line=detail.cc,
         headers=detail.headers,
         **await release_context(call, mailbox, message_id),
+        checks=checks,
     )
 
 

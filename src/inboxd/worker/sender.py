@@ -1,7 +1,7 @@
 """The HTTP side of webhook delivery: one signed POST per attempt, over aiohttp, through the guard.
 
 Each attempt resolves and checks the host (`guard.resolve_checked`), pins the checked addresses
-in `PinnedResolver`, and lets aiohttp connect: the connector asks the resolver, which answers
+in `netguard.PinnedResolver`, and lets aiohttp connect: the connector asks the resolver, which answers
 only from the pins and never looks a name up itself, so the connection goes to an address that
 was checked. TLS keeps the URL's host name for SNI and certificate checks. Redirects are not
 followed; proxies from the environment are not used.
@@ -10,18 +10,16 @@ followed; proxies from the environment are not used.
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 import time
 from dataclasses import dataclass
 
 import aiohttp
 import yarl
-from aiohttp.abc import AbstractResolver, ResolveResult
 
 from inboxd.config import Settings
+from inboxd.netguard import AddressRefused, PinnedResolver, ResolutionFailed, resolve_checked
 from inboxd.webhooks import ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from inboxd.worker.guard import AddressRefused, ResolutionFailed, Target, resolve_checked
 
 USER_AGENT = "inboxd-webhooks/1"
 BLOCKED = "blocked_address"
@@ -36,42 +34,6 @@ class Outcome:
     status_code: int
     error: str | None
     duration_ms: int
-
-
-def _key(host: str, port: int) -> tuple[str, int]:
-    return host.rstrip(".").lower(), port
-
-
-class PinnedResolver(AbstractResolver):
-    """Answers aiohttp's lookups from the addresses the guard checked; never asks DNS."""
-
-    def __init__(self) -> None:
-        self._pins: dict[tuple[str, int], Target] = {}
-
-    def pin(self, target: Target) -> None:
-        # One entry per host and port, replaced on every attempt: every entry was checked.
-        self._pins[_key(target.host, target.port)] = target
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        target = self._pins.get(_key(host, port))
-        if target is None:
-            raise OSError(f"{host}: not checked by the address guard")
-        return [
-            ResolveResult(
-                hostname=host,
-                host=address,
-                port=port,
-                family=addr_family,
-                proto=0,
-                flags=socket.AI_NUMERICHOST | socket.AI_NUMERICSERV,
-            )
-            for addr_family, address in target.addresses
-        ]
-
-    async def close(self) -> None:
-        self._pins.clear()
 
 
 def _ssl_context(settings: Settings) -> ssl.SSLContext:

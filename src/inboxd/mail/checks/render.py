@@ -34,7 +34,14 @@ def render_text(report: CheckReport, name: str = "") -> str:
         else f"spam     {spam.verdict}: score {spam.score} of {spam.required} ({spam.action})"
     )
     auth = report.auth
-    lines.append(f"auth     skipped: {auth.reason}" if auth.verdict == "skipped" else f"auth     {auth.verdict}")
+    if auth.verdict == "skipped":
+        lines.append(f"auth     skipped: {auth.reason}")
+    else:
+        spf = "not run" if auth.spf is None else auth.spf.result
+        dmarc = "not run" if auth.dmarc is None else auth.dmarc.result
+        dkim = ", ".join(f"{d.result} (d={d.domain} s={d.selector})" for d in auth.dkim) or "no signature"
+        arc = "not run" if auth.arc is None else auth.arc.result
+        lines.append(f"auth     {auth.verdict}: DKIM {dkim}; ARC {arc}; SPF {spf}; DMARC {dmarc}")
     content = report.content
     lines.append(f"content  {content.verdict}: {content.size} bytes, HTML {content.html_size} bytes")
     findings = report.findings()

@@ -100,6 +100,16 @@ class AuthOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class SignaturesOutcome:
+    """DKIM and ARC alone (`AuthChecker.check_signatures_blocking`): SPF and DMARC were not run."""
+
+    dkim: list[DkimOutcome]
+    arc: ArcOutcome
+    authentication_results: str
+    findings: list[RawFinding] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
 class Reception:
     """What the SMTP session recorded; `client_ip` None when it was not recorded."""
 
@@ -195,6 +205,25 @@ class AuthChecker:
             arc=arc_result,
             authentication_results=header,
             findings=_findings(spf_result, signatures, dmarc_result, arc_result, recorded=reception is not None),
+        )
+
+    def check_signatures_blocking(self, raw: bytes) -> SignaturesOutcome:
+        """DKIM and ARC alone, for a message file (`inboxd check`): they need only DNS. SPF needs
+        the client address the message came from, and DMARC SPF's result beside DKIM's, so both
+        are reported as not run rather than judged on half the evidence."""
+        resolver = _Resolver(nameservers=self._nameservers, timeout=self._timeout)
+        signatures = _dkim(raw, resolver)
+        arc_result = _arc(raw, resolver)
+        not_run = "SPF and DMARC were not run: they need the address of the client that sent the message."
+        findings: list[RawFinding] = [
+            ("info", code, not_run, where) if code == "spf_not_checked" else (severity, code, message, where)
+            for severity, code, message, where in _findings(None, signatures, None, arc_result, recorded=False)
+        ]
+        return SignaturesOutcome(
+            dkim=signatures,
+            arc=arc_result,
+            authentication_results=_authentication_results(self._authserv_id, None, signatures, None, arc_result),
+            findings=findings,
         )
 
 
@@ -346,7 +375,7 @@ def _authentication_results(
     authserv_id: str,
     spf_result: SpfOutcome | None,
     signatures: Sequence[DkimOutcome],
-    dmarc_result: DmarcOutcome,
+    dmarc_result: DmarcOutcome | None,
     arc_result: ArcOutcome,
 ) -> str:
     results: list[Any] = []
@@ -370,11 +399,12 @@ def _authentication_results(
         )
     if not signatures:
         results.append(authres.DKIMAuthenticationResult(result="none"))
-    results.append(
-        authres.dmarc.DMARCAuthenticationResult(
-            result=dmarc_result.result, header_from=dmarc_result.domain or None, policy=dmarc_result.policy
+    if dmarc_result is not None:
+        results.append(
+            authres.dmarc.DMARCAuthenticationResult(
+                result=dmarc_result.result, header_from=dmarc_result.domain or None, policy=dmarc_result.policy
+            )
         )
-    )
     results.append(authres.arc.ARCAuthenticationResult(result=arc_result.result))
     context = authres.FeatureContext(authres.dmarc, authres.arc)
     return str(context.header(authserv_id=authserv_id, results=results))
@@ -383,7 +413,7 @@ def _authentication_results(
 def _findings(
     spf_result: SpfOutcome | None,
     signatures: Sequence[DkimOutcome],
-    dmarc_result: DmarcOutcome,
+    dmarc_result: DmarcOutcome | None,
     arc_result: ArcOutcome,
     *,
     recorded: bool,
@@ -416,7 +446,9 @@ def _findings(
         if s.result != "pass":
             where = f"{s.selector}._domainkey.{s.domain}"
             out.append(("error", "dkim_fail", f"DKIM {s.result} for d={s.domain} s={s.selector}: {s.error}.", where))
-    if dmarc_result.result == "none":
+    if dmarc_result is None:
+        pass
+    elif dmarc_result.result == "none":
         out.append(
             (
                 "warning",

@@ -2,7 +2,7 @@
 
 HEAD first, GET when the server refuses HEAD (405, 501, or 400/403 some servers give HEAD);
 redirects are followed here, one hop at a time, so every hop's host passes the webhooks' address
-guard (`worker/guard.py`: private, loopback and link-local addresses refused, literals and DNS
+guard (`netguard.py`: private, loopback and link-local addresses refused, literals and DNS
 answers both) unless `link_check_allow_private`. The connection then goes to the addresses the
 guard checked (`PinnedResolver`), never to a second DNS answer.
 
@@ -25,8 +25,7 @@ import aiohttp
 import yarl
 
 from inboxd.config import Settings
-from inboxd.worker.guard import AddressRefused, ResolutionFailed, resolve_checked
-from inboxd.worker.sender import PinnedResolver
+from inboxd.netguard import AddressRefused, PinnedResolver, ResolutionFailed, resolve_checked
 
 USER_AGENT = "inboxd-link-check/1"
 # Servers that refuse HEAD say so in one of these; the same URL is then asked with GET.

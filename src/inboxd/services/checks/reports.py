@@ -27,8 +27,8 @@ from inboxd.store import messages as store
 from inboxd.store.db import Database, Tx
 
 if TYPE_CHECKING:
-    from inboxd.mail.checks.report import AuthPart, CheckReport, LinkItem, LinksPart, SpamPart
-    from inboxd.services.checks.auth import AuthChecker, AuthOutcome
+    from inboxd.mail.checks.report import AuthPart, CheckReport, DkimSignature, LinkItem, LinksPart, SpamPart
+    from inboxd.services.checks.auth import AuthChecker, AuthOutcome, DkimOutcome, SignaturesOutcome
     from inboxd.services.checks.links import LinkChecker, LinkStatus
     from inboxd.services.checks.spam import SpamChecker, SpamResult
 
@@ -248,7 +248,6 @@ def auth_part(result: AuthOutcome) -> AuthPart:
     from inboxd.mail.checks.report import (
         ArcResult,
         AuthPart,
-        DkimSignature,
         DmarcResult,
         Finding,
         SpfResult,
@@ -269,17 +268,7 @@ def auth_part(result: AuthOutcome) -> AuthPart:
             mail_from=spf.mail_from,
             explanation=spf.explanation,
         ),
-        dkim=[
-            DkimSignature(
-                domain=d.domain,
-                selector=d.selector,
-                result=d.result,
-                algorithm=d.algorithm,
-                body_hash=d.body_hash,
-                error=d.error,
-            )
-            for d in result.dkim
-        ],
+        dkim=_signatures(result.dkim),
         dmarc=DmarcResult(
             result=result.dmarc.result,
             domain=result.dmarc.domain,
@@ -291,3 +280,34 @@ def auth_part(result: AuthOutcome) -> AuthPart:
         authentication_results=result.authentication_results,
         findings=findings,
     )
+
+
+def signatures_part(result: SignaturesOutcome) -> AuthPart:
+    """The authentication part of a message file (`inboxd check`): DKIM and ARC; SPF and DMARC
+    absent (not run, as its findings say)."""
+    from inboxd.mail.checks.report import ArcResult, AuthPart, Finding, verdict_of
+
+    findings = [Finding(severity=s, code=c, message=m, where=w) for s, c, m, w in result.findings]
+    return AuthPart(
+        verdict=verdict_of(findings),
+        dkim=_signatures(result.dkim),
+        arc=ArcResult(result=result.arc.result, instances=result.arc.instances),
+        authentication_results=result.authentication_results,
+        findings=findings,
+    )
+
+
+def _signatures(found: list[DkimOutcome]) -> list[DkimSignature]:
+    from inboxd.mail.checks.report import DkimSignature
+
+    return [
+        DkimSignature(
+            domain=d.domain,
+            selector=d.selector,
+            result=d.result,
+            algorithm=d.algorithm,
+            body_hash=d.body_hash,
+            error=d.error,
+        )
+        for d in found
+    ]

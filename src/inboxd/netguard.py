@@ -1,10 +1,12 @@
-"""The address guard of outgoing webhooks: which IP addresses a webhook may reach.
+"""The address guard of every outgoing request to a URL someone else chose: webhooks
+(worker/sender.py) and the link check (services/checks/links.py). It sits below both layers so
+neither imports the other.
 
-A webhook URL is chosen by a user, so without a guard inboxd would POST into its own network
-(server-side request forgery). At every attempt the host is resolved here, each address is
-classified, and the request then connects only to the addresses that passed (the sender's
-resolver hands these back instead of looking the name up a second time, so DNS cannot answer
-differently in between).
+A webhook or a link URL is chosen by a user or a sender, so without a guard inboxd would connect
+into its own network (server-side request forgery). At every attempt the host is resolved here,
+each address is classified, and the request then connects only to the addresses that passed
+(`PinnedResolver` hands these back to aiohttp instead of looking the name up a second time, so
+DNS cannot answer differently in between).
 
 Refused: private, loopback, link-local, multicast, reserved, unspecified, documentation and
 shared (100.64.0.0/10) ranges, in IPv4 and IPv6, and the same ranges wrapped in IPv6 as
@@ -20,6 +22,8 @@ import ipaddress
 import re
 import socket
 from dataclasses import dataclass
+
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -130,3 +134,39 @@ async def resolve_checked(host: str, port: int, *, allow_private: bool) -> Targe
         port=port,
         addresses=tuple((socket.AF_INET if a.version == 4 else socket.AF_INET6, str(a)) for a in candidates),
     )
+
+
+def _key(host: str, port: int) -> tuple[str, int]:
+    return host.rstrip(".").lower(), port
+
+
+class PinnedResolver(AbstractResolver):
+    """Answers aiohttp's lookups from the addresses the guard checked; never asks DNS."""
+
+    def __init__(self) -> None:
+        self._pins: dict[tuple[str, int], Target] = {}
+
+    def pin(self, target: Target) -> None:
+        # One entry per host and port, replaced on every attempt: every entry was checked.
+        self._pins[_key(target.host, target.port)] = target
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        target = self._pins.get(_key(host, port))
+        if target is None:
+            raise OSError(f"{host}: not checked by the address guard")
+        return [
+            ResolveResult(
+                hostname=host,
+                host=address,
+                port=port,
+                family=addr_family,
+                proto=0,
+                flags=socket.AI_NUMERICHOST | socket.AI_NUMERICSERV,
+            )
+            for addr_family, address in target.addresses
+        ]
+
+    async def close(self) -> None:
+        self._pins.clear()
