@@ -7,8 +7,10 @@ import asyncio
 import smtplib
 from typing import Any
 
+import httpx
 import pytest
 
+from inboxd.app import Inboxd
 from inboxd.client import ApiError, AsyncClient, Client
 from inboxd.testing import TestMailbox
 from tests.conftest import Harness, simple_message
@@ -74,6 +76,8 @@ async def test_put_tags_replaces_them_and_refuses_invalid_ones(harness: Harness)
     box = await harness.new_mailbox()
     await harness.send(box["address"])
     (item,) = await _list(harness, box)
+    # Read once before the change: answers kept in memory must not outlive it.
+    assert (await harness.http.get(f"{_list_url(box)}/{item['id']}", headers=harness.auth())).json()["tags"] == []
     url = f"{_list_url(box)}/{item['id']}/tags"
     answer = await harness.http.put(url, json={"tags": ["Invoice", "paid", "invoice"]}, headers=harness.auth())
     assert answer.status_code == 200, answer.text
@@ -205,3 +209,27 @@ async def test_sandbox_mail_takes_x_tags_and_the_tag_filter(harness: Harness) ->
     assert [m["subject"] for m in only["messages"]] == ["Receipt"]
     detail = (await harness.http.get(f"{base}/{listed[1]['id']}", headers=harness.auth(token))).json()
     assert detail["tags"] == ["billing"]
+
+
+async def test_tags_set_in_one_process_show_in_anothers_kept_answers(harness: Harness) -> None:
+    """Each process keeps list items and details it encoded (services/messages.py `KeptJson`): a
+    change of tags made by another process sharing the database must not be answered stale."""
+    box = await harness.new_mailbox()
+    await harness.send(box["address"])
+    other = Inboxd(harness.server.settings, clock=harness.clock)
+    await other.start()
+    harness.extra.append(other)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{other.http_port}", timeout=30) as http:
+
+        async def seen_there() -> tuple[list[str], list[str]]:
+            (item,) = (await http.get(_list_url(box), headers=harness.auth())).json()["messages"]
+            detail = (await http.get(f"{_list_url(box)}/{item['id']}", headers=harness.auth())).json()
+            return item["tags"], detail["tags"]
+
+        assert await seen_there() == ([], [])
+        (item,) = await _list(harness, box)
+        url = f"{_list_url(box)}/{item['id']}/tags"
+        assert (await harness.http.put(url, json={"tags": ["a"]}, headers=harness.auth())).status_code == 200
+        assert await seen_there() == (["a"], ["a"])
+        assert (await harness.http.put(url, json={"tags": []}, headers=harness.auth())).status_code == 200
+        assert await seen_there() == ([], [])

@@ -22,6 +22,7 @@ from inboxd.http.responses import (
     no_content,
 )
 from inboxd.model import Mailbox, MessageSummary
+from inboxd.services.messages import kept_key
 
 _DETAIL_STREAMED = ("text_body", "html_body")
 
@@ -88,7 +89,7 @@ async def get_message(request: Request, call: Call) -> Response:
     whole = encoded_whole(out, fields=_DETAIL_STREAMED)
     if whole is None:
         return json_stream_response(out, fields=_DETAIL_STREAMED)
-    messages.details.put((opened.summary.id, opened.summary.is_read), whole)
+    messages.details.put(kept_key(opened.summary), whole)
     return encoded_json_response(whole)
 
 
