@@ -32,6 +32,7 @@ from inboxd.events import EventBus, LocalBus
 from inboxd.keyring import Keyring
 from inboxd.metrics import Metrics
 from inboxd.services.checks.reports import CheckService
+from inboxd.services.render import Renderer
 from inboxd.services.credentials import MailboxTokens
 from inboxd.services.domains import DomainService
 from inboxd.services.export import ExportService
@@ -247,6 +248,7 @@ class Inboxd:
         stack.push_async_callback(self._flush_last_used)
         stack.push_async_callback(services.admission.stop)
         stack.push_async_callback(services.checks.close)
+        stack.push_async_callback(services.renders.close)
         # Under `--workers N` the first worker alone bootstraps and sweeps: the sweep's expiry
         # charges `used` back, which two processes at once could do twice on PostgreSQL. Webhook
         # delivery and search indexing claim their rows and run in every worker.
@@ -364,6 +366,7 @@ class Inboxd:
             waits=WaitService(messages, bus, admission=admission, settings=settings),
             exports=ExportService(db, clock=clock),
             checks=CheckService(db, settings=settings, messages=messages, clock=clock),
+            renders=Renderer(settings, messages=messages),
             space=self._space_guard(),
         )
 

@@ -14,6 +14,7 @@
     ├── FilterTooBroad               422 filter_too_broad (a filter read its bound of rows, the page not full)
     ├── RateLimited                  429 rate_limit_exceeded / ops_quota_exceeded
     ├── ProviderError                502 provider_error: an identity provider down or answering nonsense
+    ├── RenderUnavailable            501 render_unavailable: no `inboxd[render]` extra or no Chromium
     ├── Unavailable                  503 unavailable (the server is stopping)
     └── StorageError                 500 a fault of the database (SMTP answers 451)
         ├── DuplicateKey             409 a unique key taken (services turn it into their Conflict)
@@ -124,6 +125,14 @@ class ProviderError(InboxdError):
     status = 502
     code = "provider_error"
     default_message = "The sign-in provider could not complete the sign-in."
+
+
+class RenderUnavailable(InboxdError):
+    """Rendered images need the optional `inboxd[render]` extra (Playwright) and a Chromium binary."""
+
+    status = 501
+    code = "render_unavailable"
+    default_message = "Rendering is not available on this server: install `inboxd[render]` and Chromium."
 
 
 class Unavailable(InboxdError):

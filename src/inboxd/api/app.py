@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from inboxd.api import accounts, checks, docs, messages, operations, public, sandbox, server, user, webhooks
+from inboxd.api import accounts, checks, docs, messages, operations, public, render, sandbox, server, user, webhooks
 
 
 def api_routes() -> list[BaseRoute]:
@@ -13,6 +13,7 @@ def api_routes() -> list[BaseRoute]:
         *public.routes,
         *messages.routes,
         *checks.routes,
+        *render.routes,
         *accounts.routes,
         *user.routes,
         *sandbox.routes,
