@@ -125,10 +125,12 @@ def test_image_snapshots_written_matched_diffed_and_updated(runs: Runs) -> None:
         ["*e-mail snapshot image *test_welcome.375.png differs in *% of its pixels*test_welcome.375.actual.png*"]
     )
     actual, diff = runs.snapshots / "test_welcome.375.actual.png", runs.snapshots / "test_welcome.375.diff.png"
-    assert Image.open(actual).convert("RGB").getpixel((100, 150)) != Image.open(stored).convert("RGB").getpixel((100, 150))
+    assert Image.open(actual).convert("RGB").getpixel((100, 150)) != Image.open(stored).convert("RGB").getpixel(
+        (100, 150)
+    )
     assert Image.open(diff).convert("RGB").getpixel((100, 150)) == (255, 0, 0)
     # The text shows the change too, in the style attribute.
-    changed.stdout.fnmatch_lines(["*-<div style=\"background:#0a7d32;height:120px\">"])
+    changed.stdout.fnmatch_lines(['*-<div style="background:#0a7d32;height:120px">'])
 
     runs.run("--inboxd-update-snapshots", IMAGE="1", COLOUR="#c0392b").assert_outcomes(passed=1)
     assert not actual.exists() and not diff.exists()

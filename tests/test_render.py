@@ -63,7 +63,10 @@ class Canary:
             png = io.BytesIO()
             Image.new("RGB", (40, 40), (255, 0, 0)).save(png, "PNG")
             body = png.getvalue()
-            head = f"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            head = (
+                "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
             writer.write(head.encode() + body)
             await writer.drain()
             writer.close()
@@ -169,7 +172,9 @@ async def test_cid_images_are_drawn(harness: Harness) -> None:
     png = io.BytesIO()
     Image.new("RGB", (100, 100), (0, 128, 0)).save(png, "PNG")
     msg = html_message('<img src="cid:logo@x" width="100" height="100" style="display:block">')
-    msg.get_payload()[1].add_related(png.getvalue(), "image", "png", cid="<logo@x>")
+    for part in msg.iter_parts():
+        if part.get_content_type() == "text/html":
+            part.add_related(png.getvalue(), "image", "png", cid="<logo@x>")
     address, message_id = await delivered(harness, msg)
     url = f"/api/accounts/{address}/messages/{message_id}/render.png"
     shot = image(await harness.http.get(url, params={"width": 375}, headers=harness.auth())).convert("RGB")
@@ -179,7 +184,12 @@ async def test_cid_images_are_drawn(harness: Harness) -> None:
 async def test_hostile_message_makes_no_request(harness: Harness, canary: Canary) -> None:
     address, message_id = await delivered(harness, hostile(canary.port))
     url = f"/api/accounts/{address}/messages/{message_id}/render.png"
-    for params in ({"width": 375}, {"width": 1024, "full": "true"}, {"width": 375, "remote": "true"}):
+    queries: list[dict[str, str]] = [
+        {"width": "375"},
+        {"width": "1024", "full": "true"},
+        {"width": "375", "remote": "true"},
+    ]
+    for params in queries:
         image(await harness.http.get(url, params=params, headers=harness.auth()))
     assert canary.hits == 0
 
@@ -227,7 +237,9 @@ async def test_concurrent_renders_all_answer_and_repeats_come_from_the_cache(har
     address, message_id = await delivered(harness, html_message("<h1>Many at once</h1>"))
     url = f"/api/accounts/{address}/messages/{message_id}/render.png"
     widths = [320 + 40 * (i % 5) for i in range(20)]
-    answers = await asyncio.gather(*(harness.http.get(url, params={"width": w}, headers=harness.auth()) for w in widths))
+    answers = await asyncio.gather(
+        *(harness.http.get(url, params={"width": w}, headers=harness.auth()) for w in widths)
+    )
     assert [image(a).size[0] for a in answers] == widths
     renders = harness.server.services.renders.renders
     assert renders <= 20

@@ -45,7 +45,11 @@ async def open_message(web: Web, message: EmailMessage | bytes) -> tuple[Page, s
     user = await web.user(f"ann{id(message)}@example.test")
     token = (await web.services.users.create_token(user, "test")).value
     auth = {"Authorization": f"Bearer {token}"}
-    created = await web.http.post("/api/accounts", json={"address": f"m{id(message)}@{web.server.settings.default_domain}", "password": "secret123"}, headers=auth)
+    created = await web.http.post(
+        "/api/accounts",
+        json={"address": f"m{id(message)}@{web.server.settings.default_domain}", "password": "secret123"},
+        headers=auth,
+    )
     assert created.status_code == 201, created.text
     box = created.json()
     await asyncio.to_thread(send_mail, web.server.smtp_port, box["address"], message)
@@ -115,7 +119,9 @@ async def test_render_png_is_what_the_dashboard_shows(start_web: StartWeb, name:
     assert box is not None
     shown = Image.open(io.BytesIO(await frame.screenshot()))
     inner = shown.crop((1, 1, shown.size[0] - 1, shown.size[1] - 1))  # the frame's 1 px border
-    rendered = await web.http.get(f"{api}/render.png", params={"width": 375}, headers={"Authorization": f"Bearer {token}"})
+    rendered = await web.http.get(
+        f"{api}/render.png", params={"width": 375}, headers={"Authorization": f"Bearer {token}"}
+    )
     assert rendered.status_code == 200, rendered.text
     drawn = Image.open(io.BytesIO(rendered.content)).crop((0, 0, *inner.size))
     assert inner.size[0] == 375

@@ -32,7 +32,6 @@ from inboxd.events import EventBus, LocalBus
 from inboxd.keyring import Keyring
 from inboxd.metrics import Metrics
 from inboxd.services.checks.reports import CheckService
-from inboxd.services.render import Renderer
 from inboxd.services.credentials import MailboxTokens
 from inboxd.services.domains import DomainService
 from inboxd.services.export import ExportService
@@ -44,6 +43,7 @@ from inboxd.services.messages import MessageService
 from inboxd.services.ops_ledger import OpsLedger
 from inboxd.services.profile import ProfileService
 from inboxd.services.registry import Services
+from inboxd.services.render import Renderer
 from inboxd.services.sandbox import SandboxService
 from inboxd.services.sessions import SessionService
 from inboxd.services.signin import SignInService

@@ -310,9 +310,7 @@ def _checks(mailbox: str, message_id: str, refresh_links: bool) -> _Call[CheckRe
     return _Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/checks", _report, query)
 
 
-def _render(
-    base: str, message_id: str, *, width: int, full: bool, remote: bool, dark: bool
-) -> _Call[bytes]:
+def _render(base: str, message_id: str, *, width: int, full: bool, remote: bool, dark: bool) -> _Call[bytes]:
     query = {"width": str(width)}
     query.update({name: "true" for name, on in (("full", full), ("remote", remote), ("dark", dark)) if on})
     return _Ops.get(f"{base}/{_seg(message_id)}/render.png", _bytes, query)

@@ -258,7 +258,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             )
         if self.render_contexts < 1 or self.render_timeout <= 0 or self.render_max_height < 320:
             raise SettingsError(
-                "INBOXD_RENDER_CONTEXTS and INBOXD_RENDER_TIMEOUT must be positive, INBOXD_RENDER_MAX_HEIGHT at least 320"
+                "INBOXD_RENDER_CONTEXTS and INBOXD_RENDER_TIMEOUT must be positive, "
+                "INBOXD_RENDER_MAX_HEIGHT at least 320"
             )
 
     @property

@@ -17,6 +17,7 @@ def api_routes() -> list[BaseRoute]:
         *accounts.routes,
         *user.routes,
         *sandbox.routes,
+        *render.sandbox_routes,
         *webhooks.routes,
         *docs.routes,
         *operations.routes,

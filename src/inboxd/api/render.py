@@ -12,7 +12,12 @@ from inboxd.http.pipeline import Call, endpoint
 from inboxd.services.render import MAX_WIDTH, MIN_WIDTH, VIEWPORT_HEIGHT, RenderOptions, render_options
 
 _QUERY = (
-    Query("width", int, f"The viewport's width in CSS pixels, {MIN_WIDTH} to {MAX_WIDTH}; 600 when absent.", minimum=MIN_WIDTH),
+    Query(
+        "width",
+        int,
+        f"The viewport's width in CSS pixels, {MIN_WIDTH} to {MAX_WIDTH}; 600 when absent.",
+        minimum=MIN_WIDTH,
+    ),
     Query(
         "full",
         bool,
@@ -76,7 +81,6 @@ async def render_sandbox_message(request: Request, call: Call) -> Response:
     return Response(png, media_type="image/png", headers=_HEADERS)
 
 
-routes = [
-    Route("/api/accounts/{mailbox}/messages/{id}/render.png", render_message, methods=["GET"]),
-    Route("/api/user/sandbox/messages/{id}/render.png", render_sandbox_message, methods=["GET"]),
-]
+routes = [Route("/api/accounts/{mailbox}/messages/{id}/render.png", render_message, methods=["GET"])]
+# Listed after the sandbox's own routes (api/app.py), so the reference keeps its order of tags.
+sandbox_routes = [Route("/api/user/sandbox/messages/{id}/render.png", render_sandbox_message, methods=["GET"])]

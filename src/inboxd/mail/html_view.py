@@ -126,7 +126,9 @@ def render(
 
 # A dark reading surface, as mail programs in dark mode give a message that sets no colours of its
 # own; a message that does (or asks with `prefers-color-scheme`) keeps them.
-_DARK_HEAD = '<meta name="color-scheme" content="dark"><style>:root{color-scheme:dark;background:#121212;color:#e6e6e6}</style>'
+_DARK_HEAD = (
+    '<meta name="color-scheme" content="dark"><style>:root{color-scheme:dark;background:#121212;color:#e6e6e6}</style>'
+)
 
 
 def with_color_scheme(document: str, *, dark: bool) -> str:

@@ -70,7 +70,9 @@ def render_options(*, width: str | None, full: str | None, remote: str | None, d
         raise InvalidRequest(f"`width` must be a whole number from {MIN_WIDTH} to {MAX_WIDTH}.") from None
     if not MIN_WIDTH <= number <= MAX_WIDTH:
         raise InvalidRequest(f"`width` must be a whole number from {MIN_WIDTH} to {MAX_WIDTH}.")
-    return RenderOptions(width=number, full=_flag("full", full), remote=_flag("remote", remote), dark=_flag("dark", dark))
+    return RenderOptions(
+        width=number, full=_flag("full", full), remote=_flag("remote", remote), dark=_flag("dark", dark)
+    )
 
 
 def _flag(name: str, value: str | None) -> bool:

@@ -188,7 +188,9 @@ def normalize(detail: _Detail, *, headers: Sequence[str] = DEFAULT_HEADERS, mask
         lines.append(f"Subject: {detail.subject}")
     for attachment in detail.attachments:
         name = getattr(attachment, "filename", "") or "(no name)"
-        lines.append(f"Attachment: {name} ({getattr(attachment, 'content_type', '')}, {getattr(attachment, 'size', 0)} bytes)")
+        lines.append(
+            f"Attachment: {name} ({getattr(attachment, 'content_type', '')}, {getattr(attachment, 'size', 0)} bytes)"
+        )
     lines += ["", "--- text ---", detail.text_body.replace("\r\n", "\n").rstrip(), "", "--- html ---"]
     lines.append(pretty_html(detail.html_body))
     text = "\n".join(lines).rstrip() + "\n"
@@ -212,8 +214,10 @@ def image_difference(expected: Image, actual: Image) -> tuple[float, Image]:
         canvas = PILImage.new("RGB", (width, height), (255, 0, 0))
         canvas.paste(actual_rgb, (0, 0))
         return 1.0, canvas
-    changed = ImageChops.difference(expected_rgb, actual_rgb).convert("L").point(
-        lambda v: 255 if v > CHANNEL_THRESHOLD else 0
+    changed = (
+        ImageChops.difference(expected_rgb, actual_rgb)
+        .convert("L")
+        .point(lambda v: 255 if v > CHANNEL_THRESHOLD else 0)
     )
     share = changed.histogram()[255] / (expected_rgb.size[0] * expected_rgb.size[1])
     faded = PILImage.blend(expected_rgb, PILImage.new("RGB", expected_rgb.size, (255, 255, 255)), 0.7)
@@ -274,7 +278,9 @@ class EmailSnapshot:
         path = self._path(stem, ".txt")
         if not path.exists():
             self._write(path, text.encode())
-            return None if self._update else f"e-mail snapshot {path} did not exist: written now; check it and run again."
+            return (
+                None if self._update else f"e-mail snapshot {path} did not exist: written now; check it and run again."
+            )
         stored = path.read_text(encoding="utf-8")
         if stored == text:
             return None
