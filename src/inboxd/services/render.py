@@ -4,8 +4,8 @@ The document is the dashboard's (`mail/html_view.py`: sanitized, `cid:` parts in
 URLs), served to headless Chromium with the dashboard's sandboxing CSP and JavaScript off. Every
 request the page makes goes through one route handler: the document itself is answered from memory,
 and anything else is aborted, unless remote content was asked for and the operator allows it
-(`render_remote`), in which case http(s) URLs are fetched here through the webhooks' address guard
-(`worker/guard.py`, private addresses refused unless `webhook_allow_private`). Nothing leaves the
+(`render_remote`), in which case http(s) URLs are fetched by `worker/fetch.py` through the webhooks'
+address guard (private addresses refused unless `webhook_allow_private`). Nothing leaves the
 renderer on its own.
 
 Playwright's async API runs on the server's event loop (its driver is a subprocess spoken to over a
@@ -20,26 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import aiohttp
-import yarl
 
 from inboxd.config import Settings
 from inboxd.errors import InvalidRequest, RenderUnavailable, Unavailable
 from inboxd.mail.html_view import content_security_policy, with_color_scheme
 from inboxd.model import Mailbox
 from inboxd.services.messages import MessageService
-from inboxd.worker.guard import AddressRefused, ResolutionFailed, resolve_checked
-from inboxd.worker.sender import PinnedResolver
 
 if TYPE_CHECKING:
     from playwright.async_api import Browser, BrowserContext, Page, Playwright, Route
-
-log = logging.getLogger(__name__)
 
 MIN_WIDTH = 320
 MAX_WIDTH = 1600
@@ -50,8 +43,16 @@ VIEWPORT_HEIGHT = 800
 DOCUMENT_URL = "https://render.inboxd.invalid/"
 _RECYCLE_AFTER = 200
 _CACHE_BYTES = 64 * 1024 * 1024
-_REMOTE_BYTES = 5 * 1024 * 1024
 _INSTALL_HINT = "Rendering needs the optional extra: pip install 'inboxd[render]'."
+
+
+# Fetches one remote URL for the page (status, content type, body), or None when refused or failed:
+# `worker/fetch.py`'s, through the webhooks' address guard, handed in by app.py.
+Fetch = Callable[[str], Awaitable[tuple[int, str, bytes] | None]]
+
+
+async def _refuse(url: str) -> None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,17 +97,16 @@ class _Slot:
 class Renderer:
     """Owns Playwright, the browser, the pool of contexts and the cache of recent images."""
 
-    def __init__(self, settings: Settings, *, messages: MessageService) -> None:
+    def __init__(self, settings: Settings, *, messages: MessageService, fetch: Fetch = _refuse) -> None:
         self._settings = settings
         self._messages = messages
+        self._fetch = fetch
         self._lock = asyncio.Lock()
         self._playwright: Playwright | None = None
         self._browser: Browser | None = None
         self._slots: asyncio.Queue[_Slot] | None = None
         self._cache: OrderedDict[tuple[str, RenderOptions], bytes] = OrderedDict()
         self._cache_bytes = 0
-        self._resolver = PinnedResolver()
-        self._session: aiohttp.ClientSession | None = None
         self.renders = 0  # renders done (cache hits not counted): for the bench and tests
 
     async def render(self, mailbox: Mailbox, message_id: str, options: RenderOptions) -> bytes:
@@ -247,35 +247,6 @@ class Renderer:
                 return
         await route.abort("blockedbyclient")
 
-    async def _fetch(self, url: str) -> tuple[int, str, bytes] | None:
-        """One remote resource through the address guard, no redirects followed here (Chromium asks
-        for the next hop, which comes back through the guard); None when refused or failed."""
-        try:
-            parsed = yarl.URL(url)
-            if not parsed.raw_host or parsed.port is None:
-                return None
-            target = await resolve_checked(
-                parsed.raw_host, parsed.port, allow_private=self._settings.webhook_allow_private
-            )
-            self._resolver.pin(target)
-            session = self._open_session()
-            async with session.get(parsed, allow_redirects=False) as response:
-                body = await response.content.read(_REMOTE_BYTES)
-                return response.status, response.headers.get("Content-Type", "application/octet-stream"), body
-        except (AddressRefused, ResolutionFailed, aiohttp.ClientError, OSError, ValueError, TimeoutError) as exc:
-            log.debug("render: remote %s refused: %r", url, exc)
-            return None
-
-    def _open_session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(resolver=self._resolver, use_dns_cache=False, limit=8)
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=self._settings.render_timeout),
-                trust_env=False,
-            )
-        return self._session
-
     async def _stop_browser(self) -> None:
         self._slots = None
         if self._browser is not None:
@@ -290,6 +261,3 @@ class Renderer:
     async def close(self) -> None:
         async with self._lock:
             await self._stop_browser()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
