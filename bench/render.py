@@ -30,12 +30,13 @@ from bench.servers import HOST, Inboxd
 
 
 def tree_rss_mb(pid: int) -> float:
-    """The resident memory of a process and all its descendants (Chromium's renderers)."""
+    """The memory of a process and all its descendants (Chromium's), by PSS: shared pages counted
+    once across the processes that share them, as RSS would not."""
     root = psutil.Process(pid)
     total = 0
     for process in [root, *root.children(recursive=True)]:
         with contextlib.suppress(psutil.Error):  # a renderer that ended meanwhile
-            total += process.memory_info().rss
+            total += process.memory_full_info().pss
     return total / (1024 * 1024)
 
 

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from email.message import EmailMessage
 from pathlib import Path
@@ -16,6 +20,7 @@ import pytest
 from PIL import Image
 
 from inboxd.app import Inboxd
+from inboxd.client import AsyncClient, Client
 from tests.conftest import Clock, Harness
 from tests.test_submission import open_sandbox
 
@@ -268,3 +273,83 @@ async def test_the_corpus_renders(harness: Harness, name: str) -> None:
     address, message_id = await delivered(harness, (CORPUS / name).read_bytes())
     url = f"/api/accounts/{address}/messages/{message_id}/render.png"
     assert image(await harness.http.get(url, params={"width": 600}, headers=harness.auth())).size == (600, 800)
+
+
+async def test_the_cache_keeps_only_the_last_images(start_render: Any) -> None:
+    harness = await start_render(render_cache_size=2)
+    address, message_id = await delivered(harness, html_message("<p>cached</p>"))
+    url = f"/api/accounts/{address}/messages/{message_id}/render.png"
+    renderer = harness.server.services.renders
+    for width in (400, 500, 600):
+        image(await harness.http.get(url, params={"width": width}, headers=harness.auth()))
+    assert renderer.renders == 3
+    image(await harness.http.get(url, params={"width": 600}, headers=harness.auth()))
+    assert renderer.renders == 3  # kept
+    image(await harness.http.get(url, params={"width": 400}, headers=harness.auth()))
+    assert renderer.renders == 4  # dropped as the oldest of three
+
+
+async def test_the_typed_clients_render(harness: Harness) -> None:
+    address, message_id = await delivered(harness, html_message("<h1>Client</h1>"))
+    async with AsyncClient(str(harness.http.base_url), harness.admin_token) as client:
+        png = await client.render(address, message_id, width=375, full=True)
+    assert Image.open(io.BytesIO(png)).size[0] == 375
+    with Client(str(harness.http.base_url), harness.admin_token) as sync:
+        png = await asyncio.to_thread(sync.render, address, message_id, width=320, dark=True)
+    assert Image.open(io.BytesIO(png)).size == (320, 800)
+
+
+# Run in a process of its own where `import playwright` fails, as on a server without the extra.
+WITHOUT_PLAYWRIGHT = """
+import asyncio, smtplib, sys
+sys.modules["playwright"] = None
+sys.modules["playwright.async_api"] = None
+from email.message import EmailMessage
+import httpx
+from inboxd.app import Inboxd
+from inboxd.config import Settings
+
+async def main(data_dir):
+    server = Inboxd(Settings(data_dir=data_dir, http_port=0, smtp_port=0, submission_port=0))
+    await server.start()
+    try:
+        auth = {"Authorization": f"Bearer {server.bootstrap_token}"}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as http:
+            box = (await http.post("/api/accounts", json={"address": "r@inboxd.localhost", "password": "secret123"},
+                                   headers=auth)).json()
+            msg = EmailMessage()
+            msg["From"], msg["To"], msg["Subject"] = "a@example.org", box["address"], "x"
+            msg.set_content("x")
+            msg.add_alternative("<p>x</p>", subtype="html")
+            def send():
+                with smtplib.SMTP("127.0.0.1", server.smtp_port) as smtp:
+                    smtp.send_message(msg)
+            await asyncio.to_thread(send)
+            listed = (await http.get(f"/api/accounts/{box['id']}/messages", headers=auth)).json()
+            answer = await http.get(f"/api/accounts/{box['id']}/messages/{listed['messages'][0]['id']}/render.png",
+                                    headers=auth)
+            print(answer.status_code, answer.text)
+    finally:
+        await server.stop()
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_without_the_render_extra_the_route_answers_501(tmp_path: Path, backend: str) -> None:
+    # `backend`: the module runs on SQLite; this server is the default one, on SQLite too.
+    data = tmp_path / "data"
+    data.mkdir()
+    script = tmp_path / "without.py"
+    script.write_text(WITHOUT_PLAYWRIGHT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INBOXD_")}
+    done = subprocess.run(
+        [sys.executable, str(script), str(data)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    status, body = done.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert status == "501"
+    assert json.loads(body) == {
+        "error": "render_unavailable",
+        "message": "Rendering needs the optional extra: pip install 'inboxd[render]'.",
+    }
