@@ -101,7 +101,7 @@ class Renderer:
         self._settings = settings
         self._messages = messages
         self._fetch = fetch
-        self._lock = asyncio.Lock()
+        self._starting: asyncio.Task[None] | None = None
         self._playwright: Playwright | None = None
         self._browser: Browser | None = None
         self._slots: asyncio.Queue[_Slot] | None = None
@@ -168,11 +168,13 @@ class Renderer:
     async def _pool(self) -> asyncio.Queue[_Slot]:
         if self._slots is not None and self._browser is not None and self._browser.is_connected():
             return self._slots
-        async with self._lock:
-            if self._slots is None or self._browser is None or not self._browser.is_connected():
-                await self._start()
-            assert self._slots is not None
-            return self._slots
+        # One start at a time, shielded: a render that times out while Chromium starts must not
+        # cancel the start half-way (a driver or browser process would be left behind).
+        if self._starting is None or self._starting.done():
+            self._starting = asyncio.create_task(self._start())
+        await asyncio.shield(self._starting)
+        assert self._slots is not None
+        return self._slots
 
     async def _start(self) -> None:
         try:
@@ -259,5 +261,6 @@ class Renderer:
             self._playwright = None
 
     async def close(self) -> None:
-        async with self._lock:
-            await self._stop_browser()
+        if self._starting is not None and not self._starting.done():
+            await asyncio.wait([self._starting])
+        await self._stop_browser()
