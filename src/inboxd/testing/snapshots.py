@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
+from inboxd.client import SandboxMessage
 from inboxd.mail.html_view import render as sanitize
 
 if TYPE_CHECKING:
@@ -324,7 +325,7 @@ class EmailSnapshot:
         if self._client is None:
             raise RuntimeError("email_snapshot: image=True needs the inboxd server (the `inboxd` fixture)")
         client = self._client()
-        if type(message).__name__ == "SandboxMessage":
+        if isinstance(message, SandboxMessage):
             return client.render_sandbox(message.id, width=width, full=full)
         return client.render(message.address, message.id, width=width, full=full)
 
