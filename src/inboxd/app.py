@@ -46,6 +46,7 @@ from inboxd.services.profile import ProfileService
 from inboxd.services.registry import Services
 from inboxd.services.relay import SmtpRelay
 from inboxd.services.releases import ReleaseService
+from inboxd.services.render import Renderer
 from inboxd.services.sandbox import SandboxService
 from inboxd.services.sessions import SessionService
 from inboxd.services.signin import SignInService
@@ -58,6 +59,7 @@ from inboxd.smtp.submission import Submission
 from inboxd.store import migrate
 from inboxd.store import webhooks as webhook_store
 from inboxd.store.db import Database, PostgresDatabase, SqliteDatabase
+from inboxd.worker.fetch import GuardedFetch
 from inboxd.worker.indexer import SearchIndexer
 from inboxd.worker.sweeper import Sweeper
 from inboxd.worker.webhooks import WebhookWorker
@@ -251,6 +253,8 @@ class Inboxd:
         stack.push_async_callback(services.admission.stop)
         stack.push_async_callback(services.checks.close)
         stack.push_async_callback(services.faults.close)
+        stack.push_async_callback(services.renders.close)
+        stack.push_async_callback(self._render_fetch.close)
         # Under `--workers N` the first worker alone bootstraps and sweeps: the sweep's expiry
         # charges `used` back, which two processes at once could do twice on PostgreSQL. Webhook
         # delivery and search indexing claim their rows and run in every worker.
@@ -354,6 +358,8 @@ class Inboxd:
         mailbox_tokens = MailboxTokens(self.keyring.token_keys, ttl=settings.mailbox_token_ttl)
         mailboxes = MailboxService(db, settings=settings, tokens=mailbox_tokens, clock=clock, bus=bus)
         messages = MessageService(db, clock=clock, scan_rows=settings.filter_scan_rows)
+        # Remote content of renders, when INBOXD_RENDER_REMOTE allows it: the webhooks' address guard.
+        self._render_fetch = GuardedFetch(allow_private=settings.webhook_allow_private, timeout=settings.render_timeout)
         counters = self._redis_counters() if settings.redis_url else MemoryCounters()
         admission = Limiter(counters, ledger=OpsLedger(db), settings=settings, clock=clock)
         return Services(
@@ -387,6 +393,7 @@ class Inboxd:
             releases=ReleaseService(
                 db, settings=settings, clock=clock, messages=messages, admission=admission, relay=SmtpRelay(settings)
             ),
+            renders=Renderer(settings, messages=messages, fetch=self._render_fetch),
             space=self._space_guard(),
             faults=FaultService(
                 db, bus=bus, clock=clock, ttl=settings.recipient_cache_ttl, counters=self._fault_counters()

@@ -319,6 +319,12 @@ def _sandbox_checks(message_id: str, refresh_links: bool) -> _Call[CheckReport]:
     return _Ops.get(f"{_SANDBOX}/{_seg(message_id)}/checks", _report, query)
 
 
+def _render(base: str, message_id: str, *, width: int, full: bool, remote: bool, dark: bool) -> _Call[bytes]:
+    query = {"width": str(width)}
+    query.update({name: "true" for name, on in (("full", full), ("remote", remote), ("dark", dark)) if on})
+    return _Ops.get(f"{base}/{_seg(message_id)}/render.png", _bytes, query)
+
+
 def _seg(value: str) -> str:
     return quote(value, safe="@")
 
@@ -725,6 +731,24 @@ class Client(_FaultCalls, _Base):
     def source(self, mailbox: str, message_id: str) -> bytes:
         return self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/source", _bytes))
 
+    def render(
+        self,
+        mailbox: str,
+        message_id: str,
+        *,
+        width: int = 600,
+        full: bool = False,
+        remote: bool = False,
+        dark: bool = False,
+    ) -> bytes:
+        """The HTML body as a PNG, drawn by the server's Chromium as the dashboard shows it (width
+        320–1600 CSS pixels; `full` for the whole height). 501 `render_unavailable` without it."""
+        return self._run(_render(_box(mailbox), message_id, width=width, full=full, remote=remote, dark=dark))
+
+    def render_sandbox(self, message_id: str, *, width: int = 600, full: bool = False, dark: bool = False) -> bytes:
+        """As `render`, for a message the SMTP sandbox captured."""
+        return self._run(_render(_SANDBOX, message_id, width=width, full=full, remote=False, dark=dark))
+
     def checks(self, mailbox: str, message_id: str, *, refresh_links: bool = False) -> CheckReport:
         """The message's check report (computed by the server at the first request, then kept)."""
         return self._run(_checks(mailbox, message_id, refresh_links))
@@ -957,6 +981,25 @@ class AsyncClient(_AsyncFaultCalls, _Base):
 
     async def source(self, mailbox: str, message_id: str) -> bytes:
         return await self._run(_Ops.get(f"{_box(mailbox)}/{_seg(message_id)}/source", _bytes))
+
+    async def render(
+        self,
+        mailbox: str,
+        message_id: str,
+        *,
+        width: int = 600,
+        full: bool = False,
+        remote: bool = False,
+        dark: bool = False,
+    ) -> bytes:
+        """The HTML body as a PNG (see `Client.render`)."""
+        return await self._run(_render(_box(mailbox), message_id, width=width, full=full, remote=remote, dark=dark))
+
+    async def render_sandbox(
+        self, message_id: str, *, width: int = 600, full: bool = False, dark: bool = False
+    ) -> bytes:
+        """As `render`, for a message the SMTP sandbox captured."""
+        return await self._run(_render(_SANDBOX, message_id, width=width, full=full, remote=False, dark=dark))
 
     async def checks(self, mailbox: str, message_id: str, *, refresh_links: bool = False) -> CheckReport:
         """The message's check report (computed by the server at the first request, then kept)."""

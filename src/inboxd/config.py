@@ -109,6 +109,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     link_check_concurrency: int = 8
     link_check_rate: float = 120.0
     link_check_cache_ttl: float = 600.0
+    # Rendered images (services/render.py, the `inboxd[render]` extra): headless Chromium at this path,
+    # `render_contexts` browser contexts (renders at once), each render bounded by `render_timeout`
+    # seconds, the last `render_cache_size` images kept; remote content only when `render_remote`.
+    render_chromium: str = "/usr/bin/chromium"
+    render_remote: bool = False
+    render_contexts: int = 2
+    render_timeout: float = 15.0
+    render_cache_size: int = 64
+    render_max_height: int = 10000
     # rspamd's HTTP API (the normal worker, e.g. http://127.0.0.1:11333); empty: no spam score.
     rspamd_url: str = ""
     rspamd_password: str = ""
@@ -264,6 +273,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise SettingsError(
                 "INBOXD_LINK_CHECK_CONCURRENCY and INBOXD_LINK_CHECK_RATE must be positive, "
                 "INBOXD_LINK_CHECK_MAX_REDIRECTS at least 0"
+            )
+        if self.render_contexts < 1 or self.render_timeout <= 0 or self.render_max_height < 320:
+            raise SettingsError(
+                "INBOXD_RENDER_CONTEXTS and INBOXD_RENDER_TIMEOUT must be positive, "
+                "INBOXD_RENDER_MAX_HEIGHT at least 320"
             )
 
     @property

@@ -16,6 +16,7 @@
     ├── RateLimited                  429 rate_limit_exceeded / ops_quota_exceeded / release_limit_reached
     ├── ProviderError                502 provider_error: an identity provider down or answering nonsense
     ├── RelayError                   502 relay_error: the release relay unreachable or failing the session
+    ├── RenderUnavailable            501 render_unavailable: no `inboxd[render]` extra or no Chromium
     ├── Unavailable                  503 unavailable (the server is stopping)
     └── StorageError                 500 a fault of the database (SMTP answers 451)
         ├── DuplicateKey             409 a unique key taken (services turn it into their Conflict)
@@ -135,6 +136,14 @@ class RelayError(InboxdError):
     status = 502
     code = "relay_error"
     default_message = "The relay could not take the message."
+
+
+class RenderUnavailable(InboxdError):
+    """Rendered images need the optional `inboxd[render]` extra (Playwright) and a Chromium binary."""
+
+    status = 501
+    code = "render_unavailable"
+    default_message = "Rendering is not available on this server: install `inboxd[render]` and Chromium."
 
 
 class Unavailable(InboxdError):

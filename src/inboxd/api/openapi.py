@@ -40,6 +40,7 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
     413: ("payload_too_large",),
     422: ("filter_too_broad",),
     429: ("rate_limit_exceeded", "ops_quota_exceeded"),
+    501: ("render_unavailable",),
     502: ("relay_error",),
     503: ("unavailable",),
     507: ("insufficient_storage",),
@@ -56,6 +57,7 @@ ERROR_TEXT = {
     422: "A filter no index answers read its bound of messages (`INBOXD_FILTER_SCAN_ROWS`) without filling the page "
     "while older ones remain; narrow it with `since`/`until`",
     429: "Rate limited or monthly quota used up",
+    501: "Rendering is not installed on this server (the `inboxd[render]` extra, Chromium)",
     502: "The relay could not be reached or broke the session",
     503: "The server is stopping",
     507: "Free space under the operator's threshold",

@@ -124,6 +124,18 @@ def render(
     return SafeHtml(document=document, remote_blocked=blocked, truncated=truncated)
 
 
+# A dark reading surface, as mail programs in dark mode give a message that sets no colours of its
+# own; a message that does (or asks with `prefers-color-scheme`) keeps them.
+_DARK_HEAD = (
+    '<meta name="color-scheme" content="dark"><style>:root{color-scheme:dark;background:#121212;color:#e6e6e6}</style>'
+)
+
+
+def with_color_scheme(document: str, *, dark: bool) -> str:
+    """`render(...)`'s document on a dark background when `dark`, as it is otherwise."""
+    return document.replace("</head>", f"{_DARK_HEAD}</head>", 1) if dark else document
+
+
 def _strip_remote_css(markup: str) -> tuple[str, int]:
     removed = 0
 

@@ -18,6 +18,7 @@ from inboxd.services.mailboxes import MailboxService
 from inboxd.services.messages import MessageService
 from inboxd.services.profile import ProfileService
 from inboxd.services.releases import ReleaseService
+from inboxd.services.render import Renderer
 from inboxd.services.sandbox import SandboxService
 from inboxd.services.sessions import SessionService
 from inboxd.services.signin import SignInService
@@ -50,5 +51,7 @@ class Services:
     checks: CheckService
     releases: ReleaseService
     faults: FaultService
+    # Rendered images of HTML bodies (issue 28): Chromium started at the first render.
+    renders: Renderer
     # The free-space guard (INBOXD_MIN_FREE_BYTES): API writes answer 507 while space is low.
     space: SpaceGuard = field(default_factory=disabled)

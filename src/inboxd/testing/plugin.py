@@ -1,4 +1,5 @@
-"""The pytest plugin: command-line options and the `inboxd`, `mailbox` and `sandbox` fixtures."""
+"""The pytest plugin: command-line options and the `inboxd`, `mailbox` and `sandbox` fixtures
+(and `email_snapshot`, from testing/snapshots.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ except ImportError as exc:  # the entry point is only loaded by pytest, but an i
 from inboxd.client import ApiError
 from inboxd.testing.mailbox import TestMailbox, TestSandbox
 from inboxd.testing.server import InboxdServer, connect, start_embedded
+from inboxd.testing.snapshots import add_options as add_snapshot_options
+from inboxd.testing.snapshots import email_snapshot  # noqa: F401 - a fixture, found by pytest here
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -35,6 +38,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Let the `sandbox` fixture empty the token's user's SMTP sandbox before each test "
         "(else INBOXD_EMPTY_SANDBOX=1): give a token of a user kept for test runs.",
     )
+    add_snapshot_options(group)
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from inboxd.auth import cookies
 from inboxd.errors import NotFound
 from inboxd.http.query import page_number
 from inboxd.http.responses import content_disposition
-from inboxd.mail.html_view import content_security_policy
+from inboxd.mail.html_view import content_security_policy, with_color_scheme
 from inboxd.model import NO_FILTER, Mailbox, Principal
 from inboxd.services.filters import parse_filter
 from inboxd.web.checks import message_checks
@@ -313,7 +313,8 @@ async def message_html(request: Request, call: WebCall) -> Response:
     mailbox = await _mailbox(call, request)
     remote = request.query_params.get("remote") == "1"
     safe = await call.services.messages.html_view(mailbox, request.path_params["message"], allow_remote=remote)
-    document = safe.document
+    # The preview's dark background (templates/message_preview.html): the frame's document asks for it.
+    document = with_color_scheme(safe.document, dark=request.query_params.get("dark") == "1")
     if safe.remote_blocked or safe.truncated:
         # Said inside the frame too, for a reader who opens it on its own.
         document = document.replace("<body>", f"<body data-remote-blocked='{safe.remote_blocked}'>", 1)
