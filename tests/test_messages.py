@@ -40,7 +40,8 @@ async def test_receive_list_and_detail(harness: Harness) -> None:
     body = listing.json()
     assert body["page"] == 1
     [item] = body["messages"]
-    assert set(item) == {"id", "sender", "from", "subject", "preview_text", "size", "is_read", "created_at"}
+    assert set(item) == {"id", "sender", "from", "subject", "preview_text", "size", "is_read", "created_at", "tags"}
+    assert item["tags"] == []
     assert item["sender"] == "bounce@example.org"
     assert item["from"] == "Jürgen <jurgen@example.org>"
     assert item["subject"] == "Rechnung für Oktober"
@@ -66,7 +67,9 @@ async def test_receive_list_and_detail(harness: Harness) -> None:
         "headers",
         "codes",
         "links",
+        "tags",
     }
+    assert d["tags"] == []
     assert d["address"] == box["address"]
     assert d["text_body"].startswith("Hallo,")
     assert "<b>anbei</b>" in d["html_body"]

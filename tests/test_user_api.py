@@ -185,6 +185,7 @@ async def test_account_messages_pages(harness: Harness) -> None:
             "size",
             "is_read",
             "created_at",
+            "tags",
         }
     page2 = await harness.http.get(f"/api/user/accounts/{box['id']}/messages?page=2", headers=harness.auth(token))
     assert page2.json() == {"messages": [], "page": 2}

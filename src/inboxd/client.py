@@ -137,6 +137,7 @@ class MessageSummary:
     is_read: bool
     created_at: str
     recipients: tuple[str, ...] = ()  # sandbox lists only: the envelope recipients
+    tags: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, data: Json) -> MessageSummary:
@@ -150,6 +151,7 @@ class MessageSummary:
             is_read=data["is_read"],
             created_at=data["created_at"],
             recipients=tuple(data.get("recipients", ())),
+            tags=tuple(data.get("tags", ())),
         )
 
 
@@ -169,6 +171,7 @@ class _Detail:
     headers: tuple[tuple[str, str], ...]
     codes: tuple[str, ...]
     links: tuple[Link, ...]
+    tags: tuple[str, ...]
     raw: Json = field(repr=False, compare=False)
 
     @property
@@ -201,6 +204,7 @@ class _Detail:
             "headers": tuple((name, value) for name, value in data.get("headers", ())),
             "codes": tuple(data.get("codes", ())),
             "links": tuple(Link(url=link["url"], text=link["text"]) for link in data.get("links", ())),
+            "tags": tuple(data.get("tags", ())),
             "raw": data,
         }
 
@@ -344,6 +348,7 @@ class Filters(TypedDict, total=False):
     has_attachments: bool
     since: When  # RFC 3339 string or aware datetime; created_at at or after it
     until: When
+    tag: str  # only messages carrying this tag
 
 
 def _filters(
@@ -356,9 +361,10 @@ def _filters(
     has_attachments: bool | None = None,
     since: When | None = None,
     until: When | None = None,
+    tag: str | None = None,
 ) -> dict[str, str]:
     out: dict[str, str] = {}
-    for name, value in (("q", q), ("from", from_), ("to", to), ("subject", subject)):
+    for name, value in (("q", q), ("from", from_), ("to", to), ("subject", subject), ("tag", tag)):
         if value is not None:
             out[name] = value
     for name, flag in (("unread", unread), ("has_attachments", has_attachments)):
@@ -369,6 +375,14 @@ def _filters(
     if until is not None:
         out["until"] = _when(until)
     return out
+
+
+def _tags(response: httpx.Response) -> list[str]:
+    return list(_json(response)["tags"])
+
+
+def _set_tags(mailbox: str, message_id: str, tags: Sequence[str]) -> _Call[list[str]]:
+    return _Ops.send("PUT", f"{_box(mailbox)}/{_seg(message_id)}/tags", _tags, {"tags": list(tags)})
 
 
 def _messages(response: httpx.Response) -> list[MessageSummary]:
@@ -690,7 +704,7 @@ class Client(_FaultCalls, _Base):
 
     # messages
     def messages(self, mailbox: str, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:
-        """A page of 30, newest first. Filters: q, from_, to, subject, unread, has_attachments, since, until."""
+        """A page of 30, newest first. Filters: q, from_, to, subject, unread, has_attachments, since, until, tag."""
         flt = _filters(**filters)
         return self._either(
             mailbox,
@@ -750,6 +764,10 @@ class Client(_FaultCalls, _Base):
 
     def delete_message(self, mailbox: str, message_id: str) -> None:
         self._run(_Ops.send("DELETE", f"{_box(mailbox)}/{_seg(message_id)}", _nothing))
+
+    def set_tags(self, mailbox: str, message_id: str, tags: Sequence[str]) -> list[str]:
+        """Replace the message's tags; returns them as kept (lowercase, repeats removed)."""
+        return self._run(_set_tags(mailbox, message_id, tags))
 
     # Pro: the user's mailboxes, domains, tokens, webhooks
     def me(self) -> Json:
@@ -998,6 +1016,10 @@ class AsyncClient(_AsyncFaultCalls, _Base):
 
     async def delete_message(self, mailbox: str, message_id: str) -> None:
         await self._run(_Ops.send("DELETE", f"{_box(mailbox)}/{_seg(message_id)}", _nothing))
+
+    async def set_tags(self, mailbox: str, message_id: str, tags: Sequence[str]) -> list[str]:
+        """Replace the message's tags; returns them as kept (lowercase, repeats removed)."""
+        return await self._run(_set_tags(mailbox, message_id, tags))
 
     async def me(self) -> Json:
         return await self._run(_Ops.get("/api/user/me", _json))

@@ -124,6 +124,7 @@ class MessageSummary(msgspec.Struct, frozen=True):
     is_read: bool
     created_at: float
     expires_at: float
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +147,7 @@ class MessageFilter:
     has_attachments: bool | None = None
     since: float | None = None  # inclusive
     until: float | None = None  # exclusive
+    tag: str = ""  # a valid tag (services/tags.py), or "" for any
 
     @property
     def needs_index(self) -> bool:

@@ -30,6 +30,7 @@ FILTER_QUERY = (
     Query("has_attachments", bool, "`true` or `false`.", extension=True),
     Query("since", str, "RFC 3339 timestamp; `created_at` at or after it.", extension=True),
     Query("until", str, "RFC 3339 timestamp; `created_at` before it.", extension=True),
+    Query("tag", str, "Only messages carrying this tag (any case).", extension=True),
 )
 WAIT_QUERY = (
     *FILTER_QUERY,

@@ -22,6 +22,7 @@ from inboxd.http.responses import (
     no_content,
 )
 from inboxd.model import Mailbox, MessageSummary
+from inboxd.services.messages import kept_key
 
 _DETAIL_STREAMED = ("text_body", "html_body")
 
@@ -88,7 +89,7 @@ async def get_message(request: Request, call: Call) -> Response:
     whole = encoded_whole(out, fields=_DETAIL_STREAMED)
     if whole is None:
         return json_stream_response(out, fields=_DETAIL_STREAMED)
-    messages.details.put((opened.summary.id, opened.summary.is_read), whole)
+    messages.details.put(kept_key(opened.summary), whole)
     return encoded_json_response(whole)
 
 
@@ -165,6 +166,24 @@ async def delete_message(request: Request, call: Call) -> Response:
     return no_content()
 
 
+@describe(
+    "Set a message's tags",
+    tag="messages",
+    description="Replaces the message's tags with `tags` (an empty list removes them). A tag is 1 to 32 "
+    "characters of a-z, 0-9, `.`, `_` and `-`, upper case lowered; at most 10. An invalid one is 400.",
+    body=schemas.TagsIn,
+    response=schemas.TagsOut,
+    errors=(400, 404, 410),
+    extension=True,
+)
+@endpoint(mailbox_token=True)
+async def set_tags(request: Request, call: Call) -> Response:
+    body = await read_json(request, schemas.TagsIn)
+    mailbox = await _mailbox(request, call)
+    kept = await call.services.messages.set_tags(mailbox, request.path_params["id"], body.tags)
+    return json_response(schemas.TagsOut(tags=list(kept)))
+
+
 _BASE = "/api/accounts/{mailbox}/messages"
 routes = [
     Route(_BASE, list_messages, methods=["GET"]),
@@ -173,6 +192,7 @@ routes = [
     Route(_BASE + "/{id}", get_message, methods=["GET"]),
     Route(_BASE + "/{id}", delete_message, methods=["DELETE"]),
     Route(_BASE + "/{id}/read", mark_read, methods=["PUT"]),
+    Route(_BASE + "/{id}/tags", set_tags, methods=["PUT"]),
     Route(_BASE + "/{id}/source", get_source, methods=["GET"]),
     Route(_BASE + "/{id}/attachments/{index}", get_attachment, methods=["GET"]),
 ]

@@ -35,6 +35,14 @@ Timestamp = Annotated[
 ]
 Address = Annotated[str, msgspec.Meta(description="local@domain", examples=["alice@inboxd.localhost"])]
 Extension = {"x-inboxd-extension": True}
+Tags = Annotated[
+    list[str],
+    msgspec.Meta(
+        description="Tags from `X-Tags`, the plus part of the address, or set by hand.",
+        examples=[["signup"]],
+        extra_json_schema=Extension,
+    ),
+]
 
 
 # ---- request bodies ------------------------------------------------------------------------
@@ -158,6 +166,7 @@ class MessageItem(msgspec.Struct):
     size: int
     is_read: bool
     created_at: Timestamp
+    tags: Tags = []
 
 
 class MessagePage(msgspec.Struct):
@@ -206,6 +215,7 @@ class MessageDetailOut(msgspec.Struct):
     links: Annotated[
         list[LinkOut], msgspec.Meta(description="The http(s) links of the HTML and text bodies, in document order.")
     ]
+    tags: Tags = []
 
 
 class Updated(msgspec.Struct):
@@ -375,6 +385,7 @@ class SandboxItem(msgspec.Struct):
     is_read: bool
     created_at: Timestamp
     recipients: Recipients
+    tags: Tags = []
 
 
 class SandboxPage(msgspec.Struct):
@@ -404,6 +415,7 @@ class SandboxDetailOut(msgspec.Struct):
     headers: Annotated[list[tuple[str, str]], msgspec.Meta(description="As in the message detail.")]
     codes: Annotated[list[str], msgspec.Meta(description="As in the message detail.")]
     links: Annotated[list[LinkOut], msgspec.Meta(description="As in the message detail.")]
+    tags: Tags = []
 
 
 class Deleted(msgspec.Struct):
@@ -435,6 +447,7 @@ def message_item(m: MessageSummary) -> MessageItem:
         size=m.size,
         is_read=m.is_read,
         created_at=iso(m.created_at),
+        tags=list(m.tags),
     )
 
 
@@ -460,6 +473,7 @@ def message_detail(d: MessageDetail) -> MessageDetailOut:
         headers=list(d.headers),
         codes=list(d.codes),
         links=[LinkOut(url=link.url, text=link.text) for link in d.links],
+        tags=list(s.tags),
     )
 
 
@@ -588,6 +602,7 @@ def sandbox_item(m: SandboxMessage) -> SandboxItem:
         is_read=s.is_read,
         created_at=iso(s.created_at),
         recipients=list(m.recipients),
+        tags=list(s.tags),
     )
 
 
@@ -612,4 +627,20 @@ def sandbox_detail(d: SandboxDetail) -> SandboxDetailOut:
         headers=base.headers,
         codes=base.codes,
         links=base.links,
+        tags=base.tags,
     )
+
+
+class TagsIn(msgspec.Struct, forbid_unknown_fields=True):
+    tags: Annotated[
+        list[str],
+        msgspec.Meta(
+            description="The message's whole set of tags (replaces it): at most 10, each 1 to 32 characters "
+            "of a-z, 0-9, `.`, `_` and `-` (upper case is lowered).",
+            examples=[["signup", "welcome"]],
+        ),
+    ]
+
+
+class TagsOut(msgspec.Struct):
+    tags: list[str]

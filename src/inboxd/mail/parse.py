@@ -57,6 +57,8 @@ class Summary:
     from_: str  # "Display Name <addr@x>", or "addr@x" when there is no name; "" when absent
     subject: str  # RFC 2047 decoded, whitespace collapsed; "" when absent
     preview_text: str  # first 100 characters of the body text, whitespace collapsed
+    # The X-Tags header(s) as sent, joined by commas ("" when absent); services/tags.py cleans them.
+    x_tags: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +184,7 @@ def parse_summary(raw: bytes | bytearray) -> Summary:
     Only the top-level headers are parsed in full; the walk over the MIME tree stops at the first text
     body, and decodes an HTML body only when the message has no usable text body.
     """
-    from_ = subject = text = html = ""
+    from_ = subject = text = html = x_tags = ""
     try:
         # The SMTP server hands over a bytearray, which the walk reads as it reads bytes (find,
         # slices, regular expressions, decode); a copy would hold a 25 MiB message twice.
@@ -190,6 +192,7 @@ def parse_summary(raw: bytes | bytearray) -> Summary:
         headers, body_start = _split_entity(raw, 0, len(raw))
         from_ = _from_header(headers)
         subject = _subject_header(headers)
+        x_tags = ",".join(str(v) for v in headers.get_all("x-tags", ()))
         text_leaf = html_leaf = None
         for leaf in _leaves(raw, headers, body_start):
             if leaf.ctype == "text/plain" and text_leaf is None and not leaf.is_attachment():
@@ -206,7 +209,7 @@ def parse_summary(raw: bytes | bytearray) -> Summary:
     except Exception:
         # Never raise on the ingest path: keep whatever was decoded before the failure.
         pass
-    return Summary(from_=from_, subject=subject, preview_text=_preview(text, html))
+    return Summary(from_=from_, subject=subject, preview_text=_preview(text, html), x_tags=x_tags)
 
 
 def parse_message(raw: bytes) -> ParsedMessage:

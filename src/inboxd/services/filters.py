@@ -16,13 +16,14 @@ from datetime import datetime
 
 from inboxd.errors import InvalidRequest
 from inboxd.model import MessageFilter, Term
+from inboxd.services import tags
 from inboxd.store.search import MAX_TERM_CHARS
 
 MAX_QUERY_CHARS = 1000
 MAX_QUERY_TERMS = 32
 MAX_TIMEOUT = 60.0
 DEFAULT_TIMEOUT = 30.0
-FILTER_PARAMS = ("q", "from", "to", "subject", "unread", "has_attachments", "since", "until")
+FILTER_PARAMS = ("q", "from", "to", "subject", "unread", "has_attachments", "since", "until", "tag")
 
 _WORD = re.compile(r"[^\W_]+")
 _TIMEOUT = re.compile(r"\d{1,3}(\.\d{1,3})?")
@@ -88,6 +89,9 @@ def parse_filter(params: Mapping[str, str]) -> MessageFilter:
         raise InvalidRequest(f"`q`, `from`, `to` and `subject` may be at most {MAX_QUERY_CHARS} characters.")
     since = _timestamp("since", values["since"])
     until = _timestamp("until", values["until"])
+    tag = tags.normal(values["tag"]) if values["tag"] else ""
+    if tag is None:
+        raise InvalidRequest(f"`tag` must be 1 to {tags.MAX_TAG_CHARS} characters of a-z, 0-9, `.`, `_` and `-`.")
     return MessageFilter(
         terms=parse_query(q) if q.strip() else (),
         from_=values["from"].strip().lower(),
@@ -97,6 +101,7 @@ def parse_filter(params: Mapping[str, str]) -> MessageFilter:
         has_attachments=_flag("has_attachments", values["has_attachments"]),
         since=since,
         until=until,
+        tag=tag,
     )
 
 

@@ -20,6 +20,7 @@ from inboxd.errors import MessageRejected
 from inboxd.events import EventBus
 from inboxd.mail.parse import Summary, parse_summary, without_surrogates
 from inboxd.model import FaultSet, Mailbox, MessageSummary, NewMailEvent, iso
+from inboxd.services import tags
 from inboxd.services.rawcodec import compress
 from inboxd.services.recipients import RecipientCache
 from inboxd.store import custom_domains as domain_store
@@ -42,6 +43,8 @@ class Recipient:
     plan: str
     # The mailbox's SMTP faults (services/faults.py); None for nearly every mailbox.
     faults: FaultSet | None = None
+    # The tag of the plus part of the RCPT address (`box+signup@…`) when plus addressing found the mailbox.
+    tags: tuple[str, ...] = ()
 
 
 def email_received_body(event: NewMailEvent, *, event_id: str, created_at: float) -> str:
@@ -98,10 +101,14 @@ class IngestService:
     def cached(self, address: str, *, declared_size: int | None = None) -> Recipient | None:
         """The recipient for an RCPT address when the recipient cache accepts it, without waiting;
         None means ask `resolve` (not cached, or something the cache would refuse)."""
-        hit = self._recipients.get(address.strip().lower())
+        address = address.strip().lower()
+        hit = self._recipients.get(address)
         if hit is None or _refusal(hit[0], declared_size, used=hit[1]) is not None:
             return None
-        return Recipient(mailbox=hit[0].mailbox, plan=hit[0].plan, faults=hit[0].faults)
+        mailbox = hit[0].mailbox
+        return Recipient(
+            mailbox=mailbox, plan=hit[0].plan, faults=hit[0].faults, tags=tags.plus_tag(address, mailbox.address)
+        )
 
     async def resolve(self, address: str, *, declared_size: int | None = None) -> Recipient:
         """The mailbox for an RCPT address (plus addressing included), or a named refusal."""
@@ -116,7 +123,12 @@ class IngestService:
         if refusal is not None:
             raise MessageRejected(code=refusal)
         assert found is not None
-        return Recipient(mailbox=found.mailbox, plan=found.plan, faults=found.faults)
+        return Recipient(
+            mailbox=found.mailbox,
+            plan=found.plan,
+            faults=found.faults,
+            tags=tags.plus_tag(address, found.mailbox.address),
+        )
 
     async def _lookup(self, address: str, local: str, domain: str) -> mailbox_store.RecipientRow | None:
         now = self._clock()
@@ -186,6 +198,8 @@ class IngestService:
 
     def _copy(self, recipient: Recipient, summary: Summary, *, sender: str, size: int, now: float) -> MessageSummary:
         retention = self._settings.retention_pro if recipient.plan == "pro" else self._settings.retention_free
+        # Ingest's tags: the plus part first, then the X-Tags header (merged is cheap: a few short strings).
+        kept = tags.merged(recipient.tags, tags.from_header(summary.x_tags)) if summary.x_tags or recipient.tags else ()
         return MessageSummary(
             id=str(uuid.uuid4()),
             mailbox_id=recipient.mailbox.id,
@@ -197,6 +211,7 @@ class IngestService:
             is_read=False,
             created_at=now,
             expires_at=now + retention,
+            tags=kept,
         )
 
 

@@ -26,6 +26,7 @@ from inboxd.model import (
     MessageFilter,
     MessageSummary,
 )
+from inboxd.services import tags
 from inboxd.services.mailboxes import InMailbox
 from inboxd.services.rawcodec import decompress
 from inboxd.store import messages as store
@@ -75,12 +76,16 @@ class _PartIndex:
 KEPT_ITEM_BYTES = 4 * 1024 * 1024
 KEPT_DETAIL_BYTES = 8 * 1024 * 1024
 
-# A kept JSON is keyed by the message's id and its read mark: everything else an answer says of a
-# message (sender, subject, size, its mailbox's address, the parse...) never changes once it is
-# stored, and the read mark is read with the message on every request, so a mark, in this process
-# or another, selects the other entry instead of serving a stale one. A deleted or expired message
-# is not read at all.
-KeptKey = tuple[str, bool]
+# A kept JSON is keyed by the message's id, its read mark and its tags (`messages.tags`, spaces
+# between them): everything else an answer says of a message (sender, subject, size, its mailbox's
+# address, the parse...) never changes once it is stored, and the mark and tags are read with the
+# message on every request, so a change, in this process or another, selects another entry instead
+# of serving a stale one. A deleted or expired message is not read at all.
+KeptKey = tuple[str, bool, str]
+
+
+def kept_key(summary: MessageSummary) -> KeptKey:
+    return (summary.id, summary.is_read, " ".join(summary.tags))
 
 
 class KeptJson:
@@ -102,10 +107,11 @@ class KeptJson:
             self._held -= len(self._entries.pop(next(iter(self._entries))))
 
     def forget(self, message_ids: Sequence[str]) -> None:
-        """Drop a deleted message's entries (memory only: it would never be read again)."""
+        """Drop a deleted message's untagged entries (memory only: it would never be read again;
+        a tagged one's go with the oldest)."""
         for message_id in message_ids:
             for is_read in (False, True):
-                dropped = self._entries.pop((message_id, is_read), None)
+                dropped = self._entries.pop((message_id, is_read, ""), None)
                 if dropped is not None:
                     self._held -= len(dropped)
 
@@ -206,14 +212,14 @@ class MessageService:
 
         async def read(tx: Tx, mailbox: Mailbox) -> list[bytes]:
             rows = await store.page_rows(tx, mailbox.id, page=page, now=now, flt=flt, scan_rows=self._scan_rows)
-            # row[0] and row[7] are the id and the read mark (store.COLUMNS), the mark as the database
-            # gives it (0/1 or a bool): (id, 1) and (id, True) are one key.
-            found = [kept.get((row[0], row[7])) for row in rows]
+            # row[0], row[7] and row[10] are the id, the read mark and the tags (store.COLUMNS), the
+            # mark as the database gives it (0/1 or a bool): (id, 1, t) and (id, True, t) are one key.
+            found = [kept.get((row[0], row[7], row[10])) for row in rows]
             if None in found:
                 for i, row in enumerate(rows):
                     if found[i] is None:
                         data = found[i] = encode(store.summary_from(row))
-                        kept.put((row[0], bool(row[7])), data)
+                        kept.put((row[0], bool(row[7]), row[10]), data)
             return found  # type: ignore[return-value]  # no None left
 
         return read
@@ -259,7 +265,7 @@ class MessageService:
 
         async def read(tx: Tx, mailbox: Mailbox) -> Opened:
             summary = _live(await store.get(tx, mailbox.id, message_id), now)
-            kept_json = self.details.get((summary.id, summary.is_read)) if encoded else None
+            kept_json = self.details.get(kept_key(summary)) if encoded else None
             if kept_json is not None:
                 return Opened(mailbox=mailbox, summary=summary, kept=None, encoded=kept_json)
             return Opened(mailbox=mailbox, summary=summary, kept=await store.detail_json(tx, summary.id))
@@ -364,6 +370,15 @@ class MessageService:
             raise NotFound("No such message.")
         self.items.forget([message_id])
         self.details.forget([message_id])
+
+    async def set_tags(self, mailbox: Mailbox, message_id: str, wanted: Sequence[object]) -> tuple[str, ...]:
+        """Replace a live message's tags (services/tags.py says which are valid); returns them."""
+        kept = tags.checked(wanted)
+        await self._live(mailbox, message_id)
+        changed = await self._db.write(partial(store.set_tags, mailbox_id=mailbox.id, message_id=message_id, tags=kept))
+        if changed is None:
+            raise NotFound("No such message.")
+        return changed.tags
 
 
 def _encode(detail: _StoredDetail) -> str:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import socket
@@ -640,8 +641,13 @@ class _Session(asyncio.Protocol):
         return True
 
     def _take_recipient(self, address: str, recipient: Recipient) -> None:
-        # Plus addressing can name one mailbox twice: it gets one copy.
-        if all(r.mailbox.id != recipient.mailbox.id for r in self.recipients):
+        # Plus addressing can name one mailbox twice: it gets one copy, with the tags of both.
+        for i, known in enumerate(self.recipients):
+            if known.mailbox.id == recipient.mailbox.id:
+                if recipient.tags:
+                    self.recipients[i] = dataclasses.replace(known, tags=(*known.tags, *recipient.tags))
+                break
+        else:
             self.recipients.append(recipient)
         self.envelope.append(address)
         self.reply(R.RECIPIENT_OK)

@@ -104,6 +104,7 @@ async def delete(tx: Tx, mailbox_id: str) -> None:
     await tx.execute(f"DELETE FROM message_details WHERE message_id IN ({ids})", mailbox_id)
     await tx.execute(f"DELETE FROM message_checks WHERE message_id IN ({ids})", mailbox_id)
     await search.forget_mailbox(tx, mailbox_id)
+    await tx.execute("DELETE FROM message_tags WHERE mailbox_id = ?", mailbox_id)
     await tx.execute("DELETE FROM messages WHERE mailbox_id = ?", mailbox_id)
     await tx.execute("DELETE FROM mailboxes WHERE id = ?", mailbox_id)
 

@@ -5,18 +5,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 from inboxd.model import NO_FILTER, MessageFilter, MessageSummary
 from inboxd.store import search
 from inboxd.store import webhooks as webhook_store
 from inboxd.store.db import Row, Tx
 
-COLUMNS = "id, mailbox_id, sender, from_header, subject, preview_text, size, is_read, created_at, expires_at"
+COLUMNS = "id, mailbox_id, sender, from_header, subject, preview_text, size, is_read, created_at, expires_at, tags"
 PAGE_SIZE = 30
 
 
 def summary_from(row: Row) -> MessageSummary:
     # By position (the order of COLUMNS): name lookups on a row cost more than the query here.
-    return MessageSummary(row[0], row[1], row[2], row[3], row[4], row[5], row[6], bool(row[7]), row[8], row[9])
+    return MessageSummary(
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], bool(row[7]), row[8], row[9], _tags(row[10])
+    )
+
+
+def _tags(column: str | None) -> tuple[str, ...]:
+    # Spaces separate the tags (services/tags.py: no tag holds one); most messages have none.
+    return tuple(column.split()) if column else ()
+
+
+def _tag_rows(items: Sequence[MessageSummary]) -> list[tuple[str, str, str, float]]:
+    """The `message_tags` rows of new copies: (message_id, tag, mailbox_id, created_at)."""
+    return [(m.id, tag, m.mailbox_id, m.created_at) for m in items for tag in m.tags]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +62,7 @@ async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
         ],
     )
     await tx.executemany(
-        f"INSERT INTO messages ({COLUMNS}, source_id, envelope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT INTO messages ({COLUMNS}, source_id, envelope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 m.summary.id,
@@ -61,12 +75,19 @@ async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
                 0,
                 m.summary.created_at,
                 m.summary.expires_at,
+                " ".join(m.summary.tags),
                 m.source_id,
                 m.envelope,
             )
             for m in items
         ],
     )
+    tagged = _tag_rows([m.summary for m in items])
+    if tagged:
+        await tx.executemany(INSERT_TAG, tagged)
+
+
+INSERT_TAG = "INSERT INTO message_tags (message_id, tag, mailbox_id, created_at) VALUES (?, ?, ?, ?)"
 
 
 # PostgreSQL's ingest in one statement (one round trip instead of four): charge each mailbox,
@@ -86,12 +107,15 @@ WITH charged AS (
 ), copies AS (
     INSERT INTO messages ({COLUMNS}, source_id, envelope)
     SELECT x.id, x.mailbox_id, x.sender, x.from_header, x.subject, x.preview_text, x.size, 0,
-           x.created_at, x.expires_at, x.source_id, x.envelope
+           x.created_at, x.expires_at, x.tags, x.source_id, x.envelope
     FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]),
                 CAST(? AS text[]), CAST(? AS text[]), CAST(? AS bigint[]), CAST(? AS float8[]),
-                CAST(? AS float8[]), CAST(? AS text[]), CAST(? AS text[]))
+                CAST(? AS float8[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]))
          AS x(id, mailbox_id, sender, from_header, subject, preview_text, size, created_at,
-              expires_at, source_id, envelope)
+              expires_at, tags, source_id, envelope)
+), tagged AS (
+    INSERT INTO message_tags (message_id, tag, mailbox_id, created_at)
+    SELECT * FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS float8[]))
 ), hooks AS ({webhook_store.ACTIVE_FOR_USERS.format(users="= ANY(CAST(? AS text[]))")})
 SELECT (SELECT count(*) FROM charged) AS charged, hooks.id, hooks.user_id, hooks.events
 FROM (SELECT 1) AS one LEFT JOIN hooks ON true
@@ -109,6 +133,7 @@ async def insert_charged(tx: Tx, items: Sequence[NewMessage], *, hook_users: Seq
         refs[m.source_id] = refs.get(m.source_id, 0) + 1
         firsts.setdefault(m.source_id, m)
     copies = [m.summary for m in items]
+    tagged = _tag_rows(copies)
     rows = await tx.fetch(
         _INSERT_CHARGED,
         list(sizes),
@@ -127,8 +152,13 @@ async def insert_charged(tx: Tx, items: Sequence[NewMessage], *, hook_users: Seq
         [c.size for c in copies],
         [c.created_at for c in copies],
         [c.expires_at for c in copies],
+        [" ".join(c.tags) for c in copies],
         [m.source_id for m in items],
         [m.envelope for m in items],
+        [t[0] for t in tagged],
+        [t[1] for t in tagged],
+        [t[2] for t in tagged],
+        [t[3] for t in tagged],
         list(hook_users),
     )
     return rows if rows[0]["charged"] == len(sizes) else None
@@ -305,6 +335,7 @@ async def soft_delete(tx: Tx, mailbox_id: str, message_id: str) -> bool:
     await release_sources(tx, [row["source_id"]])
     await tx.execute("DELETE FROM message_details WHERE message_id = ?", message_id)
     await tx.execute("DELETE FROM message_checks WHERE message_id = ?", message_id)
+    await tx.execute("DELETE FROM message_tags WHERE message_id = ?", message_id)
     await search.forget(tx, [message_id])
     return True
 
@@ -359,6 +390,7 @@ async def purge(tx: Tx, *, expired_before: float, limit: int) -> int:
         await tx.executemany("DELETE FROM message_checks WHERE message_id = ?", [(r["id"],) for r in expired])
         ids.extend((r["id"],) for r in expired)
     if ids:
+        await tx.executemany("DELETE FROM message_tags WHERE message_id = ?", ids)
         await search.forget(tx, [i for (i,) in ids])
         await tx.executemany("DELETE FROM messages WHERE id = ?", ids)
     return len(ids)
@@ -386,3 +418,15 @@ async def unread_counts(tx: Tx, mailbox_ids: Sequence[str], *, now: float) -> di
         now,
     )
     return {str(r[0]): int(r[1]) for r in rows}
+
+
+async def set_tags(tx: Tx, mailbox_id: str, message_id: str, tags: Sequence[str]) -> MessageSummary | None:
+    """Replace a message's tags; the message with its new tags, or None when it is not there."""
+    found = await get(tx, mailbox_id, message_id)
+    if found is None:
+        return None
+    await tx.execute("UPDATE messages SET tags = ? WHERE id = ?", " ".join(tags), message_id)
+    await tx.execute("DELETE FROM message_tags WHERE message_id = ?", message_id)
+    if tags:
+        await tx.executemany(INSERT_TAG, [(message_id, tag, mailbox_id, found.created_at) for tag in tags])
+    return msgspec.structs.replace(found, tags=tuple(tags))

@@ -97,6 +97,9 @@ messages = sa.Table(
     sa.Column("envelope", sa.Text),
     # 0 until the background indexer has written its `message_search` row.
     sa.Column("indexed", Flag, nullable=False, server_default="0"),
+    # The message's tags separated by spaces (services/tags.py), read with the list row; the
+    # `tag=` filter reads `message_tags` instead.
+    sa.Column("tags", sa.Text, nullable=False, server_default=""),
     sa.Index("ix_messages_list", "mailbox_id", "deleted", "created_at", "id"),
     sa.Index("ix_messages_expiry", "expired", "expires_at"),
     # A mailbox's messages past expiry not yet swept: their bytes already left `used` (due_sizes).
@@ -115,6 +118,18 @@ messages = sa.Table(
         sqlite_where=sa.text("deleted = 1"),
         postgresql_where=sa.text("deleted = 1"),
     ),
+)
+
+# One row per tag of a message, written with it: `tag=` walks a mailbox's tagged messages newest
+# first by ix_message_tags_list rather than reading every row.
+message_tags = sa.Table(
+    "message_tags",
+    metadata,
+    sa.Column("message_id", sa.Text, primary_key=True),
+    sa.Column("tag", sa.Text, primary_key=True),
+    sa.Column("mailbox_id", sa.Text, nullable=False),
+    sa.Column("created_at", Ts, nullable=False),
+    sa.Index("ix_message_tags_list", "mailbox_id", "tag", "created_at", "message_id"),
 )
 
 # Raw bytes (zstd) apart from the summary, so a list page never reads a body; stored once per

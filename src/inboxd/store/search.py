@@ -167,6 +167,14 @@ async def query(tx: Tx, mailbox_id: str, flt: MessageFilter, *, scan_rows: int =
     if floor is not None:
         where, args = [*where, "m.created_at >= ?"], [*args, floor]
     ordered = "m.created_at DESC, m.id DESC"
+    if flt.tag and not flt.terms:
+        # Driven from the tag's index entries, newest first: a page reads only tagged messages.
+        source = "message_tags t JOIN messages m ON m.id = t.message_id" + join
+        where, args = ["t.mailbox_id = ?", "t.tag = ?", *where], [mailbox_id, flt.tag, *args]
+        return Query(source, where, args, "t.created_at DESC, t.message_id DESC", floor)
+    if flt.tag:
+        where = [*where, "EXISTS (SELECT 1 FROM message_tags t WHERE t.message_id = m.id AND t.tag = ?)"]
+        args = [*args, flt.tag]
     if not flt.terms:
         return Query("messages m" + join, where, args, ordered, floor)
     terms = [Term(mailbox_term(mailbox_id)), *flt.terms]

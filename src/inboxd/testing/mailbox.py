@@ -162,7 +162,7 @@ class TestMailbox(MailboxFaults, _Waiting):
 
     def wait_for(self, *, timeout: float = 30.0, **filters: Unpack[Filters]) -> CheckableMessage:
         """The oldest message the filters keep (subject, from_, to, q, unread, has_attachments, since,
-        until) after the last one returned, the moment there is one; AssertionError after `timeout`
+        until, tag) after the last one returned, the moment there is one; AssertionError after `timeout`
         seconds."""
         __tracebackhide__ = True
         found = self._wait(
@@ -177,6 +177,15 @@ class TestMailbox(MailboxFaults, _Waiting):
     def messages(self, page: int = 1, **filters: Unpack[Filters]) -> list[MessageSummary]:
         """A page of 30 messages, newest first."""
         return self.client.messages(self.id, page, **filters)
+
+    def tagged(self, tag: str) -> str:
+        """The plus address that delivers here with `tag` (`box+signup@…`): `wait_for(tag=tag)` finds it."""
+        local, _, domain = self.address.partition("@")
+        return f"{local}+{tag}@{domain}"
+
+    def set_tags(self, message_id: str, tags: list[str]) -> list[str]:
+        """Replace a message's tags; returns them as kept."""
+        return self.client.set_tags(self.id, message_id, tags)
 
     def message(self, message_id: str) -> CheckableMessage:
         return with_checks(self.client.message(self.id, message_id), self.client, self.id)

@@ -202,6 +202,7 @@ async def _inbox_context(request: Request, call: WebCall, mailbox: Mailbox | Non
         "page_number": number,
         "unread": unread,
         "q": request.query_params.get("q", ""),
+        "tag": flt.tag,
         "filtered": flt != NO_FILTER,
     }
 

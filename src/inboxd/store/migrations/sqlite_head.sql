@@ -1,4 +1,4 @@
--- inboxd schema at revision 0010
+-- inboxd schema at revision 0011
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -89,6 +89,13 @@ CREATE TABLE "message_sources" (
 	refs INTEGER DEFAULT '1' NOT NULL, client_ip TEXT, helo TEXT, 
 	PRIMARY KEY (id)
 );
+CREATE TABLE message_tags (
+	message_id TEXT NOT NULL, 
+	tag TEXT NOT NULL, 
+	mailbox_id TEXT NOT NULL, 
+	created_at DOUBLE NOT NULL, 
+	PRIMARY KEY (message_id, tag)
+);
 CREATE TABLE "messages" (
 	id TEXT NOT NULL, 
 	mailbox_id TEXT NOT NULL, 
@@ -103,7 +110,7 @@ CREATE TABLE "messages" (
 	created_at DOUBLE NOT NULL, 
 	expires_at DOUBLE NOT NULL, 
 	"indexed" SMALLINT DEFAULT '0' NOT NULL, 
-	source_id TEXT NOT NULL, envelope TEXT, 
+	source_id TEXT NOT NULL, envelope TEXT, tags TEXT DEFAULT '' NOT NULL, 
 	PRIMARY KEY (id)
 );
 CREATE TABLE meta (
@@ -210,6 +217,7 @@ CREATE INDEX ix_identities_user ON identities (user_id);
 CREATE INDEX ix_mailboxes_token ON mailboxes (token_id);
 CREATE INDEX ix_mailboxes_user ON mailboxes (user_id, created_at);
 CREATE INDEX ix_message_search_mailbox ON message_search (mailbox_id);
+CREATE INDEX ix_message_tags_list ON message_tags (mailbox_id, tag, created_at, message_id);
 CREATE INDEX ix_messages_deleted ON messages (deleted, id) WHERE deleted = 1;
 CREATE INDEX ix_messages_due ON messages (mailbox_id, expired, expires_at);
 CREATE INDEX ix_messages_expiry ON messages (expired, expires_at);
@@ -224,4 +232,4 @@ CREATE INDEX ix_webhook_deliveries_webhook ON webhook_deliveries (webhook_id, cr
 CREATE INDEX ix_webhook_jobs_due ON webhook_jobs (due_at);
 CREATE INDEX ix_webhook_jobs_webhook ON webhook_jobs (webhook_id);
 CREATE INDEX ix_webhooks_user ON webhooks (user_id, created_at);
-INSERT INTO alembic_version (version_num) VALUES ('0010');
+INSERT INTO alembic_version (version_num) VALUES ('0011');
