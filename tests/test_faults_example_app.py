@@ -191,7 +191,9 @@ async def test_an_example_apps_suite_proves_each_fault_on_two_xdist_workers(
 @sqlite_only
 async def test_the_plugin_clears_faults_when_the_test_fails(harness: Harness, pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_app=SANDBOX_SUITE)
-    result = await asyncio.to_thread(pytester.runpytest_subprocess, *_args(harness), timeout=120)
+    # The harness's admin is this test's own user: its sandbox may be emptied.
+    args = _args(harness, "--inboxd-empty-sandbox")
+    result = await asyncio.to_thread(pytester.runpytest_subprocess, *args, timeout=120)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*the test fails inside the block*"])
     left = await harness.http.get("/api/user/sandbox/faults", headers=harness.auth())
