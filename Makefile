@@ -7,7 +7,7 @@ TEST_STAMP := $(VENV)/.installed-test
 # The sign-in tests' OpenID Connect provider (npm oidc-provider), installed from the lock file.
 IDP_STAMP := tests/idp/node_modules/.package-lock.json
 
-.PHONY: run test lint typecheck pytest bench services clean
+.PHONY: run test lint typecheck pytest bench services clean client
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,10 @@ services:
 	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start
 	@redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
 	@for i in $$(seq 1 50); do pg_isready -q -h 127.0.0.1 -p 5432 && redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && exit 0; sleep 0.2; done; echo "PostgreSQL or Redis did not come up" >&2; exit 1
+
+# The sync client is generated from the async one; tests/test_client_generated.py checks it is current.
+client: $(TEST_STAMP)
+	$(BIN)/python -m inboxd.client.generate
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check src tests bench
