@@ -32,6 +32,7 @@ services:
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
+	PYTHONPATH=src $(BIN)/lint-imports
 
 typecheck: $(TEST_STAMP)
 	$(BIN)/mypy
