@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
-from inboxd.mail.parse import BLOCK_TAGS
+from inboxd.mail.html_text import BLOCK_TAGS
 
 __all__ = ["Link", "find_codes", "find_links"]
 
