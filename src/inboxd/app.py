@@ -58,7 +58,9 @@ from inboxd.smtp.server import SmtpServer
 from inboxd.smtp.submission import Submission
 from inboxd.store import migrate
 from inboxd.store import webhooks as webhook_store
-from inboxd.store.db import Database, PostgresDatabase, SqliteDatabase
+from inboxd.store.db import Database
+from inboxd.store.postgres import PostgresDatabase
+from inboxd.store.sqlite import SqliteDatabase
 from inboxd.worker.fetch import GuardedFetch
 from inboxd.worker.indexer import SearchIndexer
 from inboxd.worker.sweeper import Sweeper
