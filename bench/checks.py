@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from inboxd.mail.checks import judge_message
-from inboxd.mail.checks.html import clear_caches
+from inboxd.mail.checks.css import clear_caches
 from inboxd.mail.parse import parse_message
 
 _STYLE = """

@@ -22,13 +22,13 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection
 
-from inboxd.app import open_database
 from inboxd.config import Settings
 from inboxd.model import User
 from inboxd.services.limits import Limiter
 from inboxd.services.limits_memory import MemoryCounters
 from inboxd.services.limits_redis import RedisCounters
 from inboxd.services.ops_ledger import OpsLedger
+from inboxd.store.connect import open_database
 
 
 class CountingConnection(Connection):

@@ -29,12 +29,12 @@ import httpx
 import psycopg
 
 from bench.ws_latency import _LISTENING
-from inboxd.app import open_database
 from inboxd.config import Settings
 from inboxd.mail.parse import parse_summary
 from inboxd.model import MessageSummary
 from inboxd.services.rawcodec import compress
 from inboxd.store import messages as message_store
+from inboxd.store.connect import open_database
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 ADDRESS = "search@inboxd.localhost"

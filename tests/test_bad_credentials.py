@@ -23,7 +23,7 @@ from inboxd.api.app import api_routes
 from inboxd.app import Inboxd
 from inboxd.errors import Unauthorized
 from inboxd.services.credentials import MailboxClaims, MailboxTokens
-from inboxd.smtp.server import LINE_LIMIT
+from inboxd.smtp.session import LINE_LIMIT
 from tests.conftest import Clock, Harness
 from tests.wsclient import open_ws, refused
 

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from inboxd.app import open_database
 from inboxd.config import Settings, replace
 from inboxd.errors import RateLimited
 from inboxd.model import User
@@ -25,6 +24,7 @@ from inboxd.services.limits_memory import MemoryCounters
 from inboxd.services.limits_redis import RedisCounters
 from inboxd.services.ops_ledger import OpsLedger
 from inboxd.store import ops_usage
+from inboxd.store.connect import open_database
 from inboxd.store.db import Database
 from tests.conftest import REDIS_URL
 

@@ -20,12 +20,13 @@ from typing import Any
 import httpx
 import pytest
 
-from inboxd.app import Inboxd, open_database
+from inboxd.app import Inboxd
 from inboxd.config import Settings
 from inboxd.events import LocalBus
 from inboxd.services.limits import month_of
 from inboxd.services.users import UserService
 from inboxd.store import ops_usage
+from inboxd.store.connect import open_database
 from tests.conftest import REDIS_URL, Clock
 from tests.test_limits import REAL
 

@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from inboxd.app import open_database
 from inboxd.config import Settings
 from inboxd.events import LocalBus
 from inboxd.services.users import UserService
+from inboxd.store.connect import open_database
 from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)

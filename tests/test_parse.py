@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from inboxd.mail.html_text import html_to_text
 from inboxd.mail.parse import (
     ParsedAttachment,
     ParsedMessage,
     Summary,
     body_prefixes,
-    html_to_text,
     parse_message,
     parse_summary,
 )
@@ -459,7 +459,7 @@ def test_html_to_text() -> None:
 
 
 def test_html_to_text_fallback_renders_like_the_parser() -> None:
-    from inboxd.mail.parse import _strip_tags
+    from inboxd.mail.html_text import _strip_tags
 
     html = "<html><head><title>T</title><style>a{}</style></head><body><p>a &lt; b</p><!-- c --><br/>d</body>"
     assert " ".join(_strip_tags(html).split()) == html_to_text(html) == "a < b d"

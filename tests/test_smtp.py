@@ -386,13 +386,13 @@ class RecordingTransport:
 
 
 async def test_pipelined_commands_get_their_replies_in_one_write(harness: Harness) -> None:
-    from inboxd.smtp.server import _Session
+    from inboxd.smtp.session import Session
 
     box = await harness.new_mailbox()
     await harness.send(box["address"])  # the mailbox is known: RCPT answers without waiting
     smtp = harness.server._smtp
     assert smtp is not None
-    session = _Session(smtp)
+    session = Session(smtp)
     transport = RecordingTransport()
     session.connection_made(transport)  # type: ignore[arg-type]
     session.data_received(b"EHLO client\r\n")

@@ -6,7 +6,8 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from inboxd.store.db import SqliteDatabase, Tx
+from inboxd.store.db import Tx
+from inboxd.store.sqlite import SqliteDatabase
 
 
 async def _count(tx: Tx) -> int:

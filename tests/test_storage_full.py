@@ -23,7 +23,7 @@ import pytest
 from inboxd.app import Inboxd
 from inboxd.errors import InsufficientStorage, StorageError
 from inboxd.http.errors import error_response
-from inboxd.store.db import _pg_error
+from inboxd.store.postgres import _pg_error
 from tests.conftest import Clock, send_mail
 
 

@@ -24,7 +24,9 @@ import psycopg
 import pytest
 
 from inboxd.errors import StorageError
-from inboxd.store.db import Database, PostgresDatabase, SqliteDatabase, Tx
+from inboxd.store.db import Database, Tx
+from inboxd.store.postgres import PostgresDatabase
+from inboxd.store.sqlite import SqliteDatabase
 from tests.conftest import PG_URL
 
 TABLES = (

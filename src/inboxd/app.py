@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
 import socket
@@ -30,6 +29,7 @@ from inboxd.dns import DnsLookup
 from inboxd.errors import NotFound
 from inboxd.events import EventBus, LocalBus
 from inboxd.keyring import Keyring
+from inboxd.listeners import ListenError, bind, serve_on
 from inboxd.metrics import Metrics
 from inboxd.services.checks.reports import CheckService
 from inboxd.services.credentials import MailboxTokens
@@ -58,7 +58,8 @@ from inboxd.smtp.server import SmtpServer
 from inboxd.smtp.submission import Submission
 from inboxd.store import migrate
 from inboxd.store import webhooks as webhook_store
-from inboxd.store.db import Database, PostgresDatabase, SqliteDatabase
+from inboxd.store.connect import open_database
+from inboxd.store.db import Database
 from inboxd.worker.fetch import GuardedFetch
 from inboxd.worker.indexer import SearchIndexer
 from inboxd.worker.sweeper import Sweeper
@@ -70,85 +71,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("inboxd")
 BOOTSTRAP_FILE = "bootstrap-token"
 BOOTSTRAP_ADMIN = "admin@localhost"
-
-
-async def open_database(settings: Settings, *, migrating: migrate.PendingUpgrade | None = None) -> Database:
-    """Migrate (or wait for the migrations `serve` started early), then open the hot-path access
-    for the configured back end."""
-    url = settings.resolved_database_url
-    if migrating is not None:
-        await asyncio.to_thread(migrating.wait)
-    else:
-        if not settings.is_postgres:
-            settings.data_dir.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(migrate.upgrade_in_child, url, schema=settings.database_schema)
-    if settings.is_postgres:
-        return await PostgresDatabase.connect(url, schema=settings.database_schema)
-    return SqliteDatabase(url.removeprefix("sqlite:///"))
-
-
-class ListenError(OSError):
-    """A listener that cannot be opened; the message is one line naming the setting to change.
-    An `OSError`, as the failed bind it stands for."""
-
-
-# Each listener: its name in messages, and the settings of its port and host.
-_LISTENERS = {
-    "http": ("HTTP", "INBOXD_HTTP_PORT", "INBOXD_HTTP_HOST"),
-    "smtp": ("SMTP", "INBOXD_SMTP_PORT", "INBOXD_SMTP_HOST"),
-    "submission": ("submission", "INBOXD_SUBMISSION_PORT", "INBOXD_SUBMISSION_HOST"),
-    "submissions": ("implicit-TLS submission", "INBOXD_SUBMISSIONS_PORT", "INBOXD_SUBMISSION_HOST"),
-    "metrics": ("metrics", "INBOXD_METRICS_LISTEN", "INBOXD_METRICS_LISTEN"),
-}
-
-
-def _bind(host: str, port: int, *, listener: str, reuse_port: bool = False) -> socket.socket:
-    sock: socket.socket | None = None
-    try:
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            # `--workers N`: every worker listens on the same port; the kernel spreads connections.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
-        # Accepted connections inherit this on Linux: without it, Nagle holds a response body that
-        # follows its headers until the client's delayed ACK, 40 ms per request.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.listen(1024)
-        sock.setblocking(False)
-    except OSError as exc:
-        if sock is not None:
-            sock.close()
-        raise ListenError(_listen_failure(exc, host=host, port=port, listener=listener)) from exc
-    return sock
-
-
-def _listen_failure(exc: OSError, *, host: str, port: int, listener: str) -> str:
-    """One line: what could not listen where, why, and which setting to change."""
-    what, port_setting, host_setting = _LISTENERS[listener]
-    where = f"{what} port {port} on {host}"
-    if exc.errno == errno.EADDRINUSE:
-        return (
-            f"{where} is already in use (another inboxd, or another program, listens there): "
-            f"set {port_setting} to a free port, or stop that program"
-        )
-    if exc.errno == errno.EACCES:
-        return f"{where} needs privileges (root or CAP_NET_BIND_SERVICE below 1024): set {port_setting} above 1023"
-    if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
-        return f"{what} host {host} is not an address of this machine: set {host_setting}"
-    return f"{where} cannot be opened ({exc.strerror or exc}): check {host_setting} and {port_setting}"
-
-
-async def _serve_on(server: uvicorn.Server, sock: socket.socket) -> asyncio.Task[None]:
-    """Run a uvicorn server on a bound socket; return once it accepts connections."""
-    # `_serve` is `serve` without its signal capture: the process owner handles signals.
-    task = asyncio.get_running_loop().create_task(server._serve(sockets=[sock]))
-    while not server.started:
-        if task.done():
-            task.result()
-            raise RuntimeError("the HTTP server stopped during start-up")
-        await asyncio.sleep(0.005)
-    return task
 
 
 class Inboxd:
@@ -284,7 +206,7 @@ class Inboxd:
             space=services.space,
             faults=services.faults,
         )
-        await smtp.start(_bind(settings.smtp_host, settings.smtp_port, listener="smtp", reuse_port=settings.reuse_port))
+        await smtp.start(bind(settings.smtp_host, settings.smtp_port, listener="smtp", reuse_port=settings.reuse_port))
         stack.push_async_callback(smtp.stop)
         await self._start_submission(services, tls)
         await self._start_http(services)
@@ -320,7 +242,7 @@ class Inboxd:
             faults=services.faults,
         )
         await submission.start(
-            _bind(
+            bind(
                 settings.submission_host,
                 settings.submission_port,
                 listener="submission",
@@ -342,7 +264,7 @@ class Inboxd:
                 faults=services.faults,
             )
             await implicit.start(
-                _bind(
+                bind(
                     settings.submission_host,
                     settings.submissions_port,
                     listener="submissions",
@@ -453,7 +375,7 @@ class Inboxd:
 
     async def _start_http(self, services: Services) -> None:
         settings = self.settings
-        self._http_sock = _bind(settings.http_host, settings.http_port, listener="http", reuse_port=settings.reuse_port)
+        self._http_sock = bind(settings.http_host, settings.http_port, listener="http", reuse_port=settings.reuse_port)
         config = uvicorn.Config(
             build_asgi(services, metrics=self.metrics),
             lifespan="off",
@@ -477,7 +399,7 @@ class Inboxd:
         )
         self._http = uvicorn.Server(config)
         self._stack.push_async_callback(self._stop_http)
-        self._http_task = await _serve_on(self._http, self._http_sock)
+        self._http_task = await serve_on(self._http, self._http_sock)
 
     async def _start_metrics(self, services: Services) -> None:
         """`INBOXD_METRICS_LISTEN`: `/metrics` on an address of its own (the main port answers 404)."""
@@ -485,7 +407,7 @@ class Inboxd:
         if address is None:
             return
         # Under `--workers N` every worker listens here too, and any one answers for all (multiprocess).
-        sock = _bind(*address, listener="metrics", reuse_port=self.settings.reuse_port)
+        sock = bind(*address, listener="metrics", reuse_port=self.settings.reuse_port)
         server = uvicorn.Server(
             uvicorn.Config(
                 metrics_app(services, metrics=self.metrics),
@@ -499,7 +421,7 @@ class Inboxd:
                 proxy_headers=False,
             )
         )
-        task = await _serve_on(server, sock)
+        task = await serve_on(server, sock)
         self.metrics_port = int(sock.getsockname()[1])
 
         async def stop() -> None:

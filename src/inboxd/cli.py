@@ -44,7 +44,7 @@ def _run(coro: Awaitable[T]) -> T:
 
 
 async def _with_db(settings: Settings, action: Callable[[Database], Awaitable[T]]) -> T:
-    from inboxd.app import open_database
+    from inboxd.store.connect import open_database
 
     db = await open_database(settings)
     try:
@@ -134,9 +134,9 @@ def serve(
     from inboxd.logs import configure
 
     configure(level=settings.log_level, fmt=settings.log_format)
-    from inboxd.app import ListenError
     from inboxd.app import serve as run_server
     from inboxd.keyring import SecretKeyError
+    from inboxd.listeners import ListenError
 
     # Commands printed at start reach this data directory even when it came from --data-dir.
     command = invocation() if data_dir is None else f"INBOXD_DATA_DIR={shlex.quote(str(data_dir))} {invocation()}"
@@ -285,9 +285,9 @@ def export_command(address: str, fmt: str, output: Path | None) -> None:
     async def run() -> int:
         import time
 
-        from inboxd.app import open_database
         from inboxd.services.export import ExportService
         from inboxd.store import mailboxes as mailbox_store
+        from inboxd.store.connect import open_database
 
         db = await open_database(_settings())
         try:

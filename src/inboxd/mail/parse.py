@@ -1,7 +1,8 @@
 """Pure MIME parsing of received messages: the summary taken at SMTP ingest and the full parse on first open.
 
 ``parse_summary`` gives the From, Subject and body preview of a raw message, ``parse_message`` adds the
-decoded text and HTML bodies and the attachments, and ``html_to_text`` renders HTML to one line of text.
+decoded text and HTML bodies and the attachments (header words and charsets: ``mail/decoding.py``; HTML to
+text and previews: ``mail/html_text.py``).
 Everything works on the raw bytes alone (stdlib ``email``, no I/O) and nothing here raises: malformed,
 truncated or hostile input yields best-effort fields.
 
@@ -18,23 +19,29 @@ How a message is taken apart:
   byte.
 * Header blocks are decoded as UTF-8 with replacement before parsing, so raw 8-bit (SMTPUTF8) headers
   read correctly and no header value ever carries the surrogates ``compat32`` would wrap in ``Header``.
-* RFC 2047 encoded words are decoded here rather than with ``email.header.decode_header`` and
-  ``make_header``: those raise on bad base64 and unknown charsets and pass unencoded non-Latin-1 text
-  through ``raw-unicode-escape``.
+* RFC 2047 encoded words are decoded by ``mail/decoding.py``, not ``email.header``.
 """
 
 from __future__ import annotations
 
-import binascii
-import contextlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email.message import Message
 from email.policy import compat32
-from email.utils import getaddresses
-from html import unescape
-from html.parser import HTMLParser
+
+from inboxd.mail.decoding import (
+    address_header,
+    address_value,
+    decode_body,
+    decode_words,
+    decoded_headers,
+    from_header,
+    subject_header,
+    undo_transfer_encoding,
+    without_surrogates,
+)
+from inboxd.mail.html_text import is_blank, preview
 
 __all__ = [
     "AttachmentPart",
@@ -44,7 +51,6 @@ __all__ = [
     "Summary",
     "attachment_parts",
     "body_prefixes",
-    "html_to_text",
     "parse_message",
     "parse_summary",
 ]
@@ -90,7 +96,7 @@ class AttachmentPart:
         """The payload with its content transfer encoding undone."""
         chunk = raw[self.start : self.end]
         try:
-            return bytes(_undo_transfer_encoding(chunk, self.transfer_encoding))
+            return bytes(undo_transfer_encoding(chunk, self.transfer_encoding))
         except Exception:
             return chunk
 
@@ -120,7 +126,6 @@ class ParsedMessage:
     cc: str = ""
 
 
-_PREVIEW_LENGTH = 100
 # Deeper multiparts are kept whole as one opaque attachment: real mail nests a handful of levels, and
 # the cap bounds the work a hostile message can ask for.
 _MAX_DEPTH = 50
@@ -131,16 +136,10 @@ _MAX_ENTITIES = 10_000
 # the work and memory a hostile block of millions of tiny fields costs; the body still starts after
 # the whole block.
 _MAX_HEADER_BYTES = 1024 * 1024
-# The HTML preview renders at most this much markup: hostile markup costs html.parser around a
-# microsecond per character, while senders keep HTML under Gmail's 102 KB clipping limit and have text
-# well within it, even behind large inline styles.
-_MAX_PREVIEW_HTML = 256 * 1024
 # The summary decodes at most this much of a body (whole lines): the preview needs its first 100
 # characters, and decoding all of a 25 MiB body would copy it twice more on the ingest path. A text
 # body blank for its first MiB and not after counts as blank (the HTML body then gives the preview).
 _SUMMARY_BODY_BYTES = 1024 * 1024
-# getaddresses walks its input character by character in Python; no genuine From header comes near this.
-_MAX_ADDRESS_HEADER = 4096
 
 # The header block: the longest run of lines that email.feedparser accepts as header lines (a field
 # name and colon, a continuation, or a leading "From " line). Every repetition consumes at least one
@@ -150,32 +149,7 @@ _HEADER_BLOCK = re.compile(rb"(?:(?:From |[\x21-\x39\x3b-\x7e]*:|[\t ])[^\n]*(?:
 # continuation lines before the first field match nothing, and are dropped as the feedparser drops them.
 _HEADER_FIELD = re.compile(r"^([\x21-\x39\x3b-\x7e]*):[ \t]*([^\n]*(?:\n[ \t][^\n]*)*)", re.MULTILINE)
 _NON_SPACE = re.compile(rb"\S")
-# The encoded text is allowed spaces: some mailers leave them unencoded and every reader copes.
-_ENCODED_WORD = re.compile(r"=\?([^?\s]+)\?([bBqQ])\?([^?\r\n]*)\?=")
 _LINE_BREAKS = re.compile(r"[\r\n]")
-_SURROGATES = re.compile("[\ud800-\udfff]")
-# The From header forms nearly all mail uses: `addr`, `Name <addr>` and `"Name" <addr>`, read here without
-# getaddresses, which is slow for the hot path; whatever else (comments, groups, lists, odd spacing) goes to it.
-_ADDR_SPEC = r'[^\s"<>@,;:()\\\[\]]+@[^\s"<>@,;:()\\\[\]]+'
-# Each part is deterministic (the unquoted name runs greedily up to "<"), so no input backtracks.
-_SIMPLE_ADDRESS = re.compile(rf'(?:"((?:[^"\\]|\\.)*)"\s*|([^"<>@,;:()\\\[\]]*))<({_ADDR_SPEC})>|({_ADDR_SPEC})')
-_QUOTED_PAIR = re.compile(r"\\(.)")
-_B64_NON_ALPHABET = re.compile(rb"[^A-Za-z0-9+/]")
-
-# Decode declared charsets by a strict superset where one exists: mail labelled us-ascii regularly
-# carries UTF-8, and GB2312 / EUC-KR labels regularly cover GBK / UHC characters. Text that really is
-# in the declared charset decodes the same either way, and UTF-8's byte order mark is dropped.
-_CHARSET_SUPERSETS = {
-    "us-ascii": "utf-8-sig",
-    "ascii": "utf-8-sig",
-    "utf-8": "utf-8-sig",
-    "utf8": "utf-8-sig",
-    "gb2312": "gb18030",
-    "gbk": "gb18030",
-    "x-gbk": "gb18030",
-    "euc-kr": "cp949",
-    "ks_c_5601-1987": "cp949",
-}
 
 
 def parse_summary(raw: bytes | bytearray) -> Summary:
@@ -190,26 +164,26 @@ def parse_summary(raw: bytes | bytearray) -> Summary:
         # slices, regular expressions, decode); a copy would hold a 25 MiB message twice.
         raw = raw if isinstance(raw, bytearray) else bytes(raw)
         headers, body_start = _split_entity(raw, 0, len(raw))
-        from_ = _from_header(headers)
-        subject = _subject_header(headers)
+        from_ = from_header(headers)
+        subject = subject_header(headers)
         x_tags = ",".join(str(v) for v in headers.get_all("x-tags", ()))
         text_leaf = html_leaf = None
         for leaf in _leaves(raw, headers, body_start):
             if leaf.ctype == "text/plain" and text_leaf is None and not leaf.is_attachment():
                 text_leaf = leaf
                 text = leaf.text(_SUMMARY_BODY_BYTES)
-                if not _is_blank(text):
+                if not is_blank(text):
                     break
             elif leaf.ctype == "text/html" and html_leaf is None and not leaf.is_attachment():
                 html_leaf = leaf
             if text_leaf is not None and html_leaf is not None:
                 break
-        if _is_blank(text) and html_leaf is not None:
+        if is_blank(text) and html_leaf is not None:
             html = html_leaf.text(_SUMMARY_BODY_BYTES)
     except Exception:
         # Never raise on the ingest path: keep whatever was decoded before the failure.
         pass
-    return Summary(from_=from_, subject=subject, preview_text=_preview(text, html), x_tags=x_tags)
+    return Summary(from_=from_, subject=subject, preview_text=preview(text, html), x_tags=x_tags)
 
 
 def parse_message(raw: bytes) -> ParsedMessage:
@@ -225,11 +199,11 @@ def parse_message(raw: bytes) -> ParsedMessage:
     try:
         raw = bytes(raw)
         headers, body_start = _split_entity(raw, 0, len(raw))
-        from_ = _from_header(headers)
-        subject = _subject_header(headers)
-        to = _address_header(headers, "to")
-        cc = _address_header(headers, "cc")
-        header_list = _decoded_headers(headers)
+        from_ = from_header(headers)
+        subject = subject_header(headers)
+        to = address_header(headers, "to")
+        cc = address_header(headers, "cc")
+        header_list = decoded_headers(headers)
         have_text = have_html = False
         for leaf in _leaves(raw, headers, body_start):
             if leaf.ctype == "text/plain" and not have_text and not leaf.is_attachment():
@@ -243,7 +217,7 @@ def parse_message(raw: bytes) -> ParsedMessage:
     except Exception:
         # Never raise: keep the fields and the attachments found before the failure.
         pass
-    summary = Summary(from_=from_, subject=subject, preview_text=_preview(text_body, html_body))
+    summary = Summary(from_=from_, subject=subject, preview_text=preview(text_body, html_body))
     return ParsedMessage(
         summary=summary,
         text_body=text_body,
@@ -289,7 +263,7 @@ def body_prefixes(raw: bytes, limit: int) -> Bodies:
     try:
         raw = bytes(raw)
         headers, body_start = _split_entity(raw, 0, len(raw))
-        recipients = tuple(_address_value(str(v)) for name in ("to", "cc") for v in headers.get_all(name, ()))
+        recipients = tuple(address_value(str(v)) for name in ("to", "cc") for v in headers.get_all(name, ()))
         have_text = have_html = False
         for leaf in _leaves(raw, headers, body_start):
             if leaf.ctype == "text/plain" and not have_text and not leaf.is_attachment():
@@ -304,19 +278,6 @@ def body_prefixes(raw: bytes, limit: int) -> Bodies:
         # Never raise: keep what was decoded before the failure.
         pass
     return Bodies(text_body=text, html_body=html, has_attachments=has_attachments, recipients=recipients)
-
-
-def html_to_text(html: str) -> str:
-    """Render HTML to one line of text: tags stripped, script/style/title content skipped, entities
-    unescaped, whitespace collapsed. Never raises."""
-    extractor = _TextExtractor()
-    try:
-        extractor.feed(html)
-        extractor.finish()
-    except Exception:
-        # html.parser raises AssertionError on some malformed declarations ("<![foo[").
-        return _collapse(_strip_tags(html))
-    return _collapse("".join(extractor.parts))
 
 
 # --- the MIME walk -------------------------------------------------------------------------------------
@@ -344,7 +305,7 @@ class _Leaf:
             # Whole lines only: a prefix cut at a line end decodes to a prefix of the whole text.
             cut = self.buf.rfind(b"\n", self.start, self.start + limit)
             end = cut + 1 if cut >= 0 else self.start + limit
-        return _undo_transfer_encoding(self.buf[self.start : end], self.transfer_encoding())
+        return undo_transfer_encoding(self.buf[self.start : end], self.transfer_encoding())
 
     def transfer_encoding(self) -> str:
         return str(self.headers.get("content-transfer-encoding", "")).split(";", 1)[0].strip().lower()
@@ -354,7 +315,7 @@ class _Leaf:
             charset = self.headers.get_content_charset()
         except Exception:
             charset = None
-        return _decode_body(self.payload(limit), charset)
+        return decode_body(self.payload(limit), charset)
 
     def attachment(self) -> ParsedAttachment:
         try:
@@ -381,16 +342,6 @@ class _Leaf:
             end=self.end,
             transfer_encoding=encoding,
         )
-
-
-def _undo_transfer_encoding(data: bytes | bytearray, encoding: str) -> bytes | bytearray:
-    if encoding == "base64":
-        return _b64decode(data)
-    if encoding == "quoted-printable":
-        return binascii.a2b_qp(data)
-    if encoding in ("x-uuencode", "uuencode", "x-uue", "uue"):
-        return _uudecode(data)
-    return data
 
 
 def _content_id(headers: Message) -> str:
@@ -535,372 +486,4 @@ def _filename(headers: Message) -> str:
         return ""
     # Unfold (a long quoted filename may be folded), then decode encoded words, which many mailers use
     # in filename parameters although RFC 2047 forbids them there.
-    return without_surrogates(_decode_words(_LINE_BREAKS.sub("", name)).strip())
-
-
-# --- headers -------------------------------------------------------------------------------------------
-
-
-def _header(headers: Message, name: str) -> str:
-    value = headers.get(name)
-    return "" if value is None else str(value)
-
-
-def _subject_header(headers: Message) -> str:
-    try:
-        return _collapse(_decode_words(_header(headers, "subject")))
-    except Exception:
-        return ""
-
-
-def _decoded_headers(headers: Message) -> tuple[tuple[str, str], ...]:
-    out = []
-    for name, value in headers.raw_items():
-        try:
-            decoded = _collapse(without_surrogates(_decode_words(str(value))))
-        except Exception:
-            decoded = _collapse(str(value))
-        out.append((name, decoded))
-    return tuple(out)
-
-
-def _from_header(headers: Message) -> str:
-    return _address_header(headers, "from")
-
-
-def _address_header(headers: Message, header: str) -> str:
-    """An address header rendered as "Name <addr>, addr2", decoded; its decoded text when it is not
-    a list of addresses; "" when absent."""
-    try:
-        value = _header(headers, header)
-    except Exception:
-        return ""
-    return _address_value(value)
-
-
-def _address_value(value: str) -> str:
-    """One address header's value rendered as `_address_header` renders it."""
-    try:
-        decoded = _collapse(_decode_words(value))
-    except Exception:
-        return _collapse(value)
-    if not value or len(value) > _MAX_ADDRESS_HEADER:
-        return decoded
-    simple = _SIMPLE_ADDRESS.fullmatch(value.strip())
-    if simple:
-        name = _QUOTED_PAIR.sub(r"\1", simple[1]) if simple[1] is not None else simple[2] or ""
-        pairs = [(name, simple[3] or simple[4])]
-    else:
-        try:
-            # Parse the undecoded value: a decoded display name may hold commas, quotes or angle brackets.
-            pairs = getaddresses([value])
-        except Exception:
-            return decoded
-    # Anything that is not a list of addresses (no "@", or an unquoted comma splitting a display name)
-    # reads best as the header text itself.
-    if not pairs or any("@" not in address for _, address in pairs):
-        return decoded
-    rendered = []
-    for name, address in pairs:
-        display = _collapse(_decode_words(name))
-        rendered.append(f"{display} <{address}>" if display else address)
-    return ", ".join(rendered)
-
-
-def _decode_words(value: str) -> str:
-    """Decode the RFC 2047 encoded words in ``value``, leaving undecodable ones as written."""
-    if "=?" not in value:
-        return value
-    out: list[str] = []
-    # Adjacent words of one charset are collected, then joined: a flood of words must not copy a
-    # growing buffer once per word.
-    pending: list[bytes] = []
-    pending_charset = ""
-    after_word = False
-    pos = 0
-    for match in _ENCODED_WORD.finditer(value):
-        gap = value[pos : match.start()]
-        # RFC 2047 6.2: whitespace between adjacent encoded words is not part of the text.
-        if gap and not (after_word and gap.isspace()):
-            if pending:
-                out.append(_decode_declared(b"".join(pending), pending_charset))
-                pending = []
-            out.append(gap)
-        # The charset may carry an RFC 2231 language suffix: "utf-8*en".
-        charset = match.group(1).split("*", 1)[0].lower()
-        data = _word_bytes(match.group(2), match.group(3))
-        if data is None:
-            if pending:
-                out.append(_decode_declared(b"".join(pending), pending_charset))
-                pending = []
-            out.append(match.group(0))
-            after_word = False
-        elif pending and charset == pending_charset:
-            # Joined before decoding: mailers split multibyte characters across adjacent words.
-            pending.append(data)
-            after_word = True
-        else:
-            if pending:
-                out.append(_decode_declared(b"".join(pending), pending_charset))
-            pending, pending_charset = [data], charset
-            after_word = True
-        pos = match.end()
-    if pending:
-        out.append(_decode_declared(b"".join(pending), pending_charset))
-    out.append(value[pos:])
-    return "".join(out)
-
-
-def _word_bytes(encoding: str, text: str) -> bytes | None:
-    data = text.encode("utf-8", "replace")
-    if encoding in "qQ":
-        return binascii.a2b_qp(data, header=True)
-    try:
-        return binascii.a2b_base64(data + b"=" * (-len(data) % 4))
-    except binascii.Error:
-        return None
-
-
-# --- bodies --------------------------------------------------------------------------------------------
-
-
-def _decode_body(data: bytes | bytearray, charset: str | None) -> str:
-    if not charset:
-        try:
-            return data.decode("utf-8-sig")
-        except UnicodeDecodeError:
-            return data.decode("latin-1")
-    return _decode_declared(data, charset)
-
-
-def _decode_declared(data: bytes | bytearray, charset: str) -> str:
-    try:
-        charset = charset.strip()
-        return without_surrogates(data.decode(_CHARSET_SUPERSETS.get(charset, charset), "replace"))
-    except Exception:
-        # Unknown names, bytes-to-bytes codecs ("base64") and codecs refusing "replace" ("idna").
-        return data.decode("utf-8", "replace")
-
-
-def without_surrogates(text: str) -> str:
-    """``text`` with each lone surrogate replaced by U+FFFD.
-
-    Python's utf-7, unicode_escape and raw_unicode_escape codecs, which a message may declare, can
-    decode to lone surrogates, and no encoder downstream accepts them (UTF-8 for the databases and
-    JSON, URL quoting for a filename): one such message would fail every read, or every delivery.
-    """
-    return text if text.isascii() else _SURROGATES.sub("\ufffd", text)
-
-
-def _b64decode(data: bytes | bytearray) -> bytes | bytearray:
-    try:
-        return binascii.a2b_base64(data)
-    except binascii.Error:
-        pass
-    # Broken padding or a stray character count: keep the alphabet, pad it, and drop a dangling
-    # character that cannot form a byte.
-    cleaned = _B64_NON_ALPHABET.sub(b"", data)
-    if len(cleaned) % 4 == 1:
-        cleaned = cleaned[:-1]
-    try:
-        return binascii.a2b_base64(cleaned + b"=" * (-len(cleaned) % 4))
-    except binascii.Error:
-        return data
-
-
-def _uudecode(data: bytes | bytearray) -> bytes | bytearray:
-    out = bytearray()
-    started = False
-    for line in data.splitlines():
-        if not started:
-            started = line.startswith(b"begin ")
-            continue
-        if line.strip() == b"end":
-            break
-        if not line:
-            continue
-        try:
-            out += binascii.a2b_uu(line)
-        except binascii.Error:
-            # Some encoders pad lines wrongly; decode just the length the line announces.
-            with contextlib.suppress(binascii.Error):
-                out += binascii.a2b_uu(line[: (((line[0] - 32) & 63) * 4 + 5) // 3])
-    return bytes(out) if started else data
-
-
-# --- text rendering ------------------------------------------------------------------------------------
-
-
-def _collapse(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _is_blank(text: str) -> bool:
-    return not text or text.isspace()
-
-
-def _preview(text_body: str, html_body: str) -> str:
-    if not _is_blank(text_body):
-        return _collapsed_prefix(text_body)
-    if html_body:
-        return _html_preview(html_body)
-    return ""
-
-
-def _collapsed_prefix(text: str) -> str:
-    """``_collapse(text)[:_PREVIEW_LENGTH]`` without collapsing all of a long body.
-
-    Collapsing a prefix of ``text`` gives a prefix of collapsing all of it, so a prefix that already
-    yields enough characters gives the same answer.
-    """
-    size = 4 * _PREVIEW_LENGTH
-    while True:
-        collapsed = _collapse(text[:size])
-        if len(collapsed) >= _PREVIEW_LENGTH or size >= len(text):
-            return collapsed[:_PREVIEW_LENGTH]
-        size *= 8
-
-
-def _html_preview(html: str) -> str:
-    """``html_to_text(html)[:_PREVIEW_LENGTH]``, feeding the parser only as much HTML as it takes."""
-    extractor = _TextExtractor()
-    limit = min(len(html), _MAX_PREVIEW_HTML)
-    try:
-        pos, step = 0, 256
-        while pos < limit:
-            extractor.feed(html[pos : min(pos + step, limit)])
-            pos += step
-            step *= 2
-            collapsed = _collapse("".join(extractor.parts))
-            if len(collapsed) >= _PREVIEW_LENGTH:
-                return collapsed[:_PREVIEW_LENGTH]
-        if limit == len(html):
-            extractor.finish()
-    except Exception:
-        return _collapse(_strip_tags(html[:limit]))[:_PREVIEW_LENGTH]
-    return _collapse("".join(extractor.parts))[:_PREVIEW_LENGTH]
-
-
-# Elements whose boundaries separate words when rendered.
-BLOCK_TAGS = frozenset(
-    (
-        "address",
-        "article",
-        "aside",
-        "blockquote",
-        "br",
-        "dd",
-        "div",
-        "dl",
-        "dt",
-        "footer",
-        "form",
-        "h1",
-        "h2",
-        "h3",
-        "h4",
-        "h5",
-        "h6",
-        "header",
-        "hr",
-        "li",
-        "main",
-        "nav",
-        "ol",
-        "p",
-        "pre",
-        "section",
-        "table",
-        "tbody",
-        "td",
-        "tfoot",
-        "th",
-        "thead",
-        "tr",
-        "ul",
-        "center",
-    )
-)
-# Content that is not rendered. The title is shown in no mail client and would otherwise open every
-# preview of a templated newsletter.
-_SKIPPED_TAGS = frozenset(("script", "style", "title"))
-
-
-_UNTERMINATED = re.compile(r"<[a-zA-Z/!?]")
-
-
-class _TextExtractor(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self._skipping: str | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in _SKIPPED_TAGS:
-            if self._skipping is None:
-                self._skipping = tag
-        elif tag == "body" and self._skipping == "title":
-            self._skipping = None  # an unclosed <title> must not hide the whole body
-        if tag in BLOCK_TAGS:
-            self.parts.append(" ")
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        # "<script/>" has no content to skip, so only the word separation of "<br/>" matters.
-        if tag in BLOCK_TAGS:
-            self.parts.append(" ")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == self._skipping or (tag == "head" and self._skipping == "title"):
-            self._skipping = None
-        if tag in BLOCK_TAGS:
-            self.parts.append(" ")
-
-    def handle_data(self, data: str) -> None:
-        if self._skipping is None:
-            self.parts.append(data)
-
-    def finish(self) -> None:
-        """End the input; used instead of close().
-
-        After feed() the parser holds back only what it could not complete: an unterminated tag,
-        comment, declaration or script/style element, which HTML5 drops at end of file, or trailing
-        text ending in a possible character reference. close() (before Python 3.11.13) instead retries
-        every later "<" against the rest of the input, which is quadratic: 200 KB of "<!--" took minutes.
-        """
-        tail, self.rawdata = self.rawdata, ""
-        if tail and self.cdata_elem is None and not _UNTERMINATED.match(tail):
-            self.handle_data(unescape(tail))
-
-
-# One token at a time, so that unterminated comments, elements and tags cost linear time: the first
-# alternative that matches wins, and a tag may not span a "<" (else every "<" would scan to the end).
-_FALLBACK_TOKEN = re.compile(r"<!--|<(script|style|title)\b|<[a-zA-Z/!?][^<>]*>", re.IGNORECASE)
-_FALLBACK_CLOSE = {name: re.compile(rf"</{name}", re.IGNORECASE) for name in _SKIPPED_TAGS}
-
-
-def _strip_tags(html: str) -> str:
-    """Fallback rendering for markup html.parser gives up on, skipping what _TextExtractor skips."""
-    out: list[str] = []
-    pos = 0
-    while True:
-        match = _FALLBACK_TOKEN.search(html, pos)
-        if match is None:
-            out.append(html[pos:])
-            break
-        out.append(html[pos : match.start()])
-        out.append(" ")
-        skipped = match.group(1)
-        if skipped:
-            close = _FALLBACK_CLOSE[skipped.lower()].search(html, match.end())
-            end = -1 if close is None else html.find(">", close.end())
-            if end < 0 and skipped.lower() == "title":
-                end = html.find(">", match.end())  # an unclosed title hides only itself
-        elif match.group(0) == "<!--":
-            end = html.find("-->", match.end())
-            end = end if end < 0 else end + 2
-        else:
-            end = match.end() - 1
-        if end < 0:
-            break  # unterminated: the rest is not text
-        pos = end + 1
-    return unescape("".join(out))
+    return without_surrogates(decode_words(_LINE_BREAKS.sub("", name)).strip())

@@ -18,7 +18,8 @@ import msgspec
 from inboxd.config import Settings
 from inboxd.errors import MessageRejected
 from inboxd.events import EventBus
-from inboxd.mail.parse import Summary, parse_summary, without_surrogates
+from inboxd.mail.decoding import without_surrogates
+from inboxd.mail.parse import Summary, parse_summary
 from inboxd.model import FaultSet, Mailbox, MessageSummary, NewMailEvent, iso
 from inboxd.services import tags
 from inboxd.services.rawcodec import compress

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from inboxd.services.limits import Outcome, Pace, Take, Verdict, pace_wait
+from inboxd.services.limits_counters import Outcome, Pace, Take, Verdict, pace_wait
 
 # Clock readings near 1.7e9 keep only about 1e-7 s of precision: a bucket refilled to within a
 # millionth of a token is full enough, or exact advances of the clock would fall short.

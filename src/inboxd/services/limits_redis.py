@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from inboxd.errors import StorageError
-from inboxd.services.limits import Outcome, Pace, Take, Verdict
+from inboxd.services.limits_counters import Outcome, Pace, Take, Verdict
 
 
 @contextlib.contextmanager

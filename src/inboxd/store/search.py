@@ -79,7 +79,7 @@ def _text_match(dialect: str, columns: Sequence[str], needle: str) -> tuple[str,
         wrap = "{}"
     else:
         op = "LIKE"
-        wrap = "inboxd_lower({})"  # registered on every SQLite connection (store/db.py)
+        wrap = "inboxd_lower({})"  # registered on every SQLite connection (store/sqlite.py)
     pattern = _like(needle)
     sql = " OR ".join(f"{wrap.format(c)} {op} ? ESCAPE '\\'" for c in columns)
     return f"({sql})", [pattern] * len(columns)
@@ -208,7 +208,7 @@ async def query(tx: Tx, mailbox_id: str, flt: MessageFilter, *, scan_rows: int =
 
 
 def _literal(text: str) -> str:
-    if "?" in text:  # `?` is our placeholder (store/db.py); words never hold one
+    if "?" in text:  # `?` is our placeholder (store/postgres.py rewrites it); words never hold one
         raise ValueError("a SQL literal may not hold a question mark")
     return "'" + text.replace("'", "''") + "'"
 

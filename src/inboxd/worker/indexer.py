@@ -24,7 +24,8 @@ from functools import partial
 import msgspec
 
 from inboxd.events import EventBus
-from inboxd.mail.parse import body_prefixes, html_to_text
+from inboxd.mail.html_text import html_to_text
+from inboxd.mail.parse import body_prefixes
 from inboxd.services.filters import index_words
 from inboxd.services.ingest import storable
 from inboxd.services.rawcodec import decompress

@@ -1,0 +1,320 @@
+"""The SQLite engine behind `Database`: reads on the event loop (a thread for large ones), writes
+group-committed by one writer thread, one SAVEPOINT per unit of work (see `store/db.py`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from inboxd.errors import DuplicateKey, InsufficientStorage, StorageError
+from inboxd.store.db import MAX_BATCH, Row, Work, run_sync
+
+T = TypeVar("T")
+log = logging.getLogger("inboxd.store")
+
+# `fetch_blob` reads SQLite blobs this much at a time.
+BLOB_PIECE = 1024 * 1024
+
+
+class _SqliteTx:
+    dialect = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        return self._conn.execute(sql, args).fetchall()
+
+    async def fetchrow(self, sql: str, *args: Any) -> Row | None:
+        row: Row | None = self._conn.execute(sql, args).fetchone()
+        return row
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        row = self._conn.execute(sql, args).fetchone()
+        return None if row is None else row[0]
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        return self._conn.execute(sql, args).rowcount
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._conn.executemany(sql, rows)
+
+    async def fetch_blob(self, table: str, column: str, key_column: str, key: Any) -> bytes | bytearray | None:
+        row = self._conn.execute(f"SELECT rowid FROM {table} WHERE {key_column} = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        with self._conn.blobopen(table, column, row[0], readonly=True) as blob:
+            # Into one buffer of the blob's size: the value is held once, not as pieces and their join.
+            value = bytearray(len(blob))
+            for start in range(0, len(value), BLOB_PIECE):
+                value[start : start + BLOB_PIECE] = blob.read(BLOB_PIECE)
+        return value
+
+
+def _sqlite_connect(path: str) -> sqlite3.Connection:
+    """A connection with our pragmas. The journal mode is not among them: switching to WAL takes
+    an exclusive lock without waiting on the busy handler, so two connections opening a fresh
+    file at once could fail with "database is locked". `_enable_wal` does it once, first."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA busy_timeout=30000")
+    # SQLite's own lower() and LIKE fold ASCII only; the message filters need the rest too.
+    conn.create_function("inboxd_lower", 1, _lower, deterministic=True)
+    return conn
+
+
+def _lower(value: str | None) -> str | None:
+    return value.lower() if isinstance(value, str) else value
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    """WAL is a property of the file and persists, so setting it on the first connection, before
+    any other exists, is enough for every later one."""
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise sqlite3.OperationalError(f"cannot switch the database to WAL (journal mode is {mode})")
+
+
+# Taking the write lock that another process holds (`inboxd serve --workers N` on one file): tried
+# again after these pauses rather than through SQLite's busy handler, whose sleeps grow from 1 ms
+# to 100 ms while the other process holds the lock for a commit of a millisecond or two.
+_BUSY_PAUSE = 0.0002
+_BUSY_PAUSE_MAX = 0.002
+_BUSY_SECONDS = 30.0
+
+
+def _begin_write(conn: sqlite3.Connection) -> None:
+    deadline = time.monotonic() + _BUSY_SECONDS
+    pause = _BUSY_PAUSE
+    conn.execute("PRAGMA busy_timeout=0")
+    try:
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, _BUSY_PAUSE_MAX)
+    finally:
+        conn.execute("PRAGMA busy_timeout=30000")
+
+
+def _read_on(conn: sqlite3.Connection, work: Work[T]) -> T:
+    """`work` in one read transaction, so a multi-statement read sees one snapshot."""
+    try:
+        conn.execute("BEGIN")
+        try:
+            return run_sync(work(_SqliteTx(conn)))
+        finally:
+            conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise _sqlite_error(exc) from exc
+
+
+@dataclass
+class _Job:
+    work: Work[Any]
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
+
+
+def _settle(job: _Job, result: Any, error: BaseException | None) -> None:
+    def apply() -> None:
+        if job.future.done():
+            return
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(result)
+
+    # A closed loop means the caller is gone; the writer thread must live on regardless.
+    with contextlib.suppress(RuntimeError):
+        job.loop.call_soon_threadsafe(apply)
+
+
+class SqliteDatabase:
+    """SQLite in WAL mode with `synchronous=FULL`: one group-committing writer thread, reads on the loop."""
+
+    dialect = "sqlite"
+    on_batch: Callable[[int], None] | None = None
+
+    def pool_usage(self) -> tuple[int, int, int]:
+        # One writer connection and one reader, both always held; reads run on the event loop.
+        return 2, 1, self._queue.qsize()
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._reader: sqlite3.Connection | None = None
+        # Set by `close` under the lock, so no job is queued behind the writer's stop mark
+        # (a job there would never run and its caller would wait forever).
+        self._closed = False
+        self._lock = threading.Lock()
+        try:
+            conn = _sqlite_connect(path)
+            _enable_wal(conn)
+        except sqlite3.Error as exc:
+            raise _wrap(exc) from exc
+        self._writer = threading.Thread(target=self._write_loop, args=(conn,), name="sqlite-write", daemon=True)
+        self._writer.start()
+
+    # Reads ------------------------------------------------------------------------------------
+
+    async def read(self, work: Work[T]) -> T:
+        """Run a read on the event loop itself. The reads are indexed and bounded (a page, a row),
+        so they take tens of microseconds, less than a hop to a thread and back; WAL keeps them
+        from ever waiting on the writer (docs/performance.md has the figures)."""
+        if self._closed:
+            raise StorageError("The database is closed.")
+        if self._reader is None:
+            self._reader = _sqlite_connect(self._path)
+            self._reader.execute("PRAGMA query_only=ON")
+        return _read_on(self._reader, work)
+
+    async def read_large(self, work: Work[T]) -> T:
+        """Run a read in a thread, on a connection of its own: stepping through megabytes of blob
+        pages and copying them into `bytes` would hold the event loop for milliseconds each."""
+        if self._closed:
+            raise StorageError("The database is closed.")
+        return await asyncio.to_thread(self._read_in_thread, work)
+
+    def _read_in_thread(self, work: Work[T]) -> T:
+        try:
+            conn = _sqlite_connect(self._path)
+        except sqlite3.Error as exc:
+            raise _sqlite_error(exc) from exc
+        try:
+            conn.execute("PRAGMA query_only=ON")
+            return _read_on(conn, work)
+        except sqlite3.Error as exc:
+            raise _sqlite_error(exc) from exc
+        finally:
+            conn.close()
+
+    # Writes -----------------------------------------------------------------------------------
+
+    async def write(self, work: Work[T]) -> T:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        with self._lock:
+            if self._closed:
+                raise StorageError("The database is closed.")
+            self._queue.put(_Job(work, future, loop))
+        return await future
+
+    def _write_loop(self, conn: sqlite3.Connection) -> None:
+        """The writer thread. It never dies while jobs can arrive: a job left waiting here would
+        hang its caller for good, so every failure is handed to the jobs it concerns."""
+        try:
+            while True:
+                job = self._queue.get()
+                if job is None:
+                    return
+                batch = [job]
+                stop = False
+                while len(batch) < MAX_BATCH:
+                    try:
+                        more = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        stop = True
+                        break
+                    batch.append(more)
+                try:
+                    self._run_batch(conn, batch)
+                except Exception as exc:  # a bug must fail its jobs, not kill the thread
+                    log.exception("write batch failed")
+                    for failed in batch:
+                        _settle(failed, None, exc)
+                if stop:
+                    return
+        finally:
+            conn.close()
+            self._fail_leftovers()
+
+    def _fail_leftovers(self) -> None:
+        """Jobs still queued when the writer ends (it only ends at close) fail rather than hang."""
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                _settle(job, None, StorageError("The database is closed."))
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
+        if self.on_batch is not None:
+            self.on_batch(len(batch))
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        try:
+            _begin_write(conn)
+            tx = _SqliteTx(conn)
+            for job in batch:
+                conn.execute("SAVEPOINT unit")
+                try:
+                    result = run_sync(job.work(tx))
+                except BaseException as exc:
+                    conn.execute("ROLLBACK TO unit")
+                    conn.execute("RELEASE unit")
+                    outcomes.append((None, _wrap(exc)))
+                else:
+                    conn.execute("RELEASE unit")
+                    outcomes.append((result, None))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            failure = _sqlite_error(exc)
+            failure.__cause__ = exc
+            for job in batch:
+                _settle(job, None, failure)
+            return
+        for job, (result, error) in zip(batch, outcomes, strict=True):
+            _settle(job, result, error)
+
+    async def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._queue.put(None)
+        await asyncio.get_running_loop().run_in_executor(None, self._writer.join)
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+def _wrap(exc: BaseException) -> BaseException:
+    if isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc):
+        duplicate = DuplicateKey()
+        duplicate.__cause__ = exc
+        return duplicate
+    if isinstance(exc, sqlite3.Error):
+        wrapped = _sqlite_error(exc)
+        wrapped.__cause__ = exc
+        return wrapped
+    return exc
+
+
+_SQLITE_FULL = 13  # the primary result code; extended codes keep it in their low byte
+
+
+def _sqlite_error(exc: sqlite3.Error) -> StorageError:
+    """A full disk or database (SQLITE_FULL) is its own error, so the API answers 507 rather than a
+    fault's 500; anything else is a plain storage fault."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if (isinstance(code, int) and code & 0xFF == _SQLITE_FULL) or "database or disk is full" in str(exc):
+        return InsufficientStorage()
+    return StorageError()
