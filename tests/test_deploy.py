@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
@@ -82,3 +83,31 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
     assert shutil.which("systemd-analyze")
     done = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True)
     assert done.returncode == 0 and "inboxd.service" not in done.stderr, done.stderr
+
+
+def test_the_wheel_holds_every_file_the_package_reads(tmp_path: Path) -> None:
+    """A non-editable install (the Dockerfile's, `pip install inboxd`, `bench compare`'s REF) has
+    only what package-data names: every template, static asset, migration and data file is in it."""
+    src = ROOT / "src" / "inboxd"
+    wanted = {
+        str(path.relative_to(src.parent))
+        for folder in ("web/templates", "web/static", "api/docs_assets", "mail/checks/data", "store/migrations")
+        for path in (src / folder).rglob("*")
+        # Alembic's template for writing a new revision is a developer's tool, not read at run time.
+        if path.is_file() and "__pycache__" not in path.parts and path.name != "script.py.mako"
+    }
+    # Built from a copy, so the build leaves nothing in the checkout.
+    tree = tmp_path / "tree"
+    shutil.copytree(src, tree / "src" / "inboxd", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tree / name)
+    out = tmp_path / "wheel"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(tree)],
+        check=True,
+        timeout=300,
+    )
+    (wheel,) = out.glob("inboxd-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = set(archive.namelist())
+    assert sorted(wanted - shipped) == []
