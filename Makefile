@@ -68,7 +68,7 @@ $(NGINX):
 RSPAMD := /usr/bin/rspamd
 
 $(RSPAMD):
-	$$(command -v flock >/dev/null && echo flock /tmp/apt.lock) sh -c 'apt-get install -y -q --no-install-recommends rspamd || { apt-get update -q && apt-get install -y -q --no-install-recommends rspamd; }'
+	$$(command -v flock >/dev/null && echo flock /tmp/apt.lock) sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends rspamd || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends rspamd; }'
 
 # Most tests wait on sockets, processes and browsers more than they compute, so two workers
 # halve the wall time on two cores; the tests with bounds on time or memory (marked `alone`)
