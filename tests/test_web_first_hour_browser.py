@@ -188,6 +188,13 @@ async def test_the_message_shows_its_code_and_links(start_web: StartWeb, remote:
     await expect(panel.locator("a[href^='javascript:']")).to_have_count(0)
     await web.screenshot(page, "message-links")
     assert await phone_problems(page, (".links", ".tab-panel")) == []
+    # Every tab is on the phone's screen, none left past the edge of a scrolled row.
+    await page.set_viewport_size({"width": 375, "height": 900})
+    right_edges = await page.locator("nav.tabs .tab").evaluate_all(
+        "els => els.map(e => e.getBoundingClientRect().right)"
+    )
+    assert len(right_edges) == 6 and max(right_edges) <= 375, right_edges
+    await page.set_viewport_size({"width": 1280, "height": 900})
     await page.get_by_role("link", name="Text", exact=True).click()
     await expect(page.locator(".body-text")).to_contain_text("482913")
     assert remote.hits == [], remote.hits  # nothing on the page fetched a link of the message
