@@ -171,6 +171,10 @@ async def test_live_inbox_and_message_tabs(start_web: StartWeb) -> None:
     await page.get_by_role("button", name="Mark unread").click()
     await expect(page.locator("#unread-count")).to_have_text("4 unread")
     await page.get_by_role("row", name=re.compile("Your order has shipped")).get_by_role("link").click()
+    # The confirmation is wired on DOMContentLoaded; a click before the page has loaded can race
+    # the navigation and lose its dialog.
+    await expect(page).to_have_url(re.compile(r"/messages/[^/?]+$"))
+    await page.wait_for_load_state("load")
 
     async def accept(dialog: Dialog) -> None:
         await dialog.accept()
