@@ -1,5 +1,6 @@
-"""The credential and recipient caches cannot resurrect: a `changed` announcement that lands while
-a lookup is in flight is never undone by that lookup's answer, which was read before the change.
+"""The credential and recipient caches (`services/ttl_cache.py`, and the recipient cache over it)
+cannot resurrect: a `changed` announcement that lands while a lookup is in flight is never undone
+by that lookup's answer, which was read before the change.
 
 The race through the real store needs a read that pauses between two statements: PostgreSQL's
 mailbox-token lookup reads the mailbox, then its owner, and a test can hold the owner's table with
@@ -19,7 +20,7 @@ import pytest
 from inboxd.errors import Unauthorized
 from inboxd.model import Mailbox, Principal, User
 from inboxd.services.recipients import RecipientCache
-from inboxd.services.users import CredentialCache
+from inboxd.services.ttl_cache import TtlCache
 from inboxd.store.mailboxes import RecipientRow
 from tests.conftest import PG_URL, Clock, Harness
 
@@ -58,7 +59,7 @@ def row() -> RecipientRow:
 
 
 async def test_a_credential_lookup_in_flight_across_a_change_is_not_kept() -> None:
-    cache = CredentialCache(ttl=2.0)
+    cache: TtlCache[str, Principal] = TtlCache(ttl=2.0)
     principal = Principal(user=user(), mailbox_id="m1")
     lookup, started, release = slow(principal)
     task = asyncio.create_task(cache.fetch("m1:0", lookup, now=100.0))

@@ -31,6 +31,7 @@ import msgspec
 from inboxd.errors import InvalidRequest
 from inboxd.events import EventBus
 from inboxd.model import FaultSet, Mailbox, Rule
+from inboxd.services.ttl_cache import TtlCache
 from inboxd.store import faults as store
 from inboxd.store.db import Database
 
@@ -224,11 +225,10 @@ class FaultService:
         self._db = db
         self._bus = bus
         self._clock = clock
-        self._ttl = ttl
         self._chance = chance
         self._counters = counters or MemoryFaultCounters()
-        # The sandbox's sets read lately: mailbox id → (when read, the set or None).
-        self._sets: dict[str, tuple[float, FaultSet | None]] = {}
+        # The sandbox's sets read lately: mailbox id → the set, or None for a sandbox without one.
+        self._sets: TtlCache[str, FaultSet | None] = TtlCache(ttl=ttl, limit=_STATE_LIMIT)
         bus.on_changed(self._sets.clear)
 
     # The API's side -----------------------------------------------------------------------------
@@ -262,15 +262,9 @@ class FaultService:
 
     async def of_sandbox(self, mailbox_id: str) -> FaultSet | None:
         """The sandbox's rules, read at most once per TTL (dropped on `changed`)."""
-        now = self._clock()
-        hit = self._sets.get(mailbox_id)
-        if hit is not None and now - hit[0] < self._ttl:
-            return hit[1]
-        found = await self._db.read(partial(store.get, mailbox_id=mailbox_id))
-        if len(self._sets) >= _STATE_LIMIT:
-            self._sets.clear()
-        self._sets[mailbox_id] = (now, found)
-        return found
+        return await self._sets.answer(
+            mailbox_id, partial(self._db.read, partial(store.get, mailbox_id=mailbox_id)), now=self._clock()
+        )
 
     async def decide(
         self, faults: FaultSet, stage: str, *, client: str = "", sender: str = "", recipient: str = ""

@@ -17,70 +17,59 @@ What keeps an acceptance true:
 - what the bus cannot carry (another process's deliveries, changes made by the `inboxd` CLI or by
   a process without a shared bus) is seen once the entry is that old.
 
-A `changed` that lands while a lookup is in flight must not be undone by that lookup's answer,
-read before the change: `clear` moves a generation counter on, and `fetch` keeps an answer only
-if the generation it started in is still current.
+The rules every such cache keeps (generations, so a `changed` that lands while a lookup is in
+flight is not undone by that lookup's answer; a bound on the keys) are `TtlCache`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from inboxd.services.ttl_cache import TtlCache
 from inboxd.store.mailboxes import RecipientRow
-
-# Addresses kept at most; past it the cache starts over (a flood of distinct addresses, or a
-# dictionary attack, costs a database read each, as it did without a cache).
-LIMIT = 10_000
 
 
 class _Entry:
-    __slots__ = ("fetched", "row", "used")
+    __slots__ = ("row", "used")
 
-    def __init__(self, row: RecipientRow, fetched: float) -> None:
+    def __init__(self, row: RecipientRow) -> None:
         self.row = row
-        self.fetched = fetched
         self.used = row.mailbox.used  # plus this process's deliveries since the read
 
 
 class RecipientCache:
-    def __init__(self, *, clock: Callable[[], float], ttl: float, limit: int = LIMIT) -> None:
+    def __init__(self, *, clock: Callable[[], float], ttl: float) -> None:
         self._clock = clock
-        self._ttl = ttl
-        self._limit = limit
         # The address as RCPT named it (plus addressing included) → its mailbox's id; the row is
-        # kept once per mailbox, so a delivery's charge reaches every address that names it.
-        self._ids: dict[str, str] = {}
-        self._rows: dict[str, _Entry] = {}
-        self._generation = 0
+        # kept once per mailbox, so a delivery's charge reaches every address that names it, and
+        # its age is the mailbox's.
+        self._ids: TtlCache[str, str] = TtlCache(ttl=ttl)
+        self._rows: TtlCache[str, _Entry] = TtlCache(ttl=ttl)
 
     def get(self, address: str) -> tuple[RecipientRow, int] | None:
         """The row cached for `address` (normalized) if younger than the TTL, and the mailbox's
         `used` with this process's deliveries since then (the row's own is as read)."""
-        mailbox_id = self._ids.get(address)
+        mailbox_id = self._ids.peek(address)
         if mailbox_id is None:
             return None
-        entry = self._rows.get(mailbox_id)
-        if entry is None or self._clock() - entry.fetched >= self._ttl:
+        entry = self._rows.get(mailbox_id, self._clock())
+        if entry is None:
             return None
         return entry.row, entry.used
 
     async def fetch(self, address: str, lookup: Callable[[], Awaitable[RecipientRow | None]]) -> RecipientRow | None:
         """`lookup()`'s row for `address`, kept unless the cache was cleared while it ran. A row
         that would be refused is kept too: `get`'s callers look such a row up again."""
-        generation = self._generation
+        generations = self._ids.generation, self._rows.generation
         fetched = self._clock()
         row = await lookup()
-        if row is not None and generation == self._generation and self._ttl > 0:
-            if len(self._ids) >= self._limit:
-                self._ids.clear()  # starting over forgets, but voids no lookup in flight
-                self._rows.clear()
-            self._ids[address] = row.mailbox.id
-            self._rows[row.mailbox.id] = _Entry(row, fetched)
+        if row is not None and self._rows.keep(row.mailbox.id, _Entry(row), at=fetched, generation=generations[1]):
+            self._ids.keep(address, row.mailbox.id, at=fetched, generation=generations[0])
         return row
 
     def charge(self, mailbox_id: str, size: int) -> None:
         """A delivery of `size` bytes to the mailbox committed in this process."""
-        entry = self._rows.get(mailbox_id)
+        entry = self._rows.peek(mailbox_id)
         if entry is not None:
             entry.used += size
 
@@ -88,4 +77,3 @@ class RecipientCache:
         """Something the cache may hold changed: forget it all, and any lookup in flight."""
         self._ids.clear()
         self._rows.clear()
-        self._generation += 1

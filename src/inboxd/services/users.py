@@ -8,8 +8,8 @@ its first cost no database read for authentication. Revoking a token, resetting 
 mailbox and changing a user announce `changed` on the event bus after commit, and every process
 sharing the bus (Redis across processes) forgets what it kept: the next request is refused. A
 change the bus does not carry (the `inboxd` CLI, several processes without Redis) takes effect
-once the entry is `AUTH_TTL` seconds old. The cache keeps a generation counter, so a lookup in
-flight when `changed` arrives (its answer read before the change) is never kept.
+once the entry is `AUTH_TTL` seconds old. The cache is a `TtlCache`: a lookup in flight when
+`changed` arrives (its answer read before the change) is never kept.
 
 A live inbox's token (the dashboard hands it to the page's script) opens `/api/ws` only, and only
 while the browser session it was handed to is signed in: it is looked up every time, never kept.
@@ -18,7 +18,7 @@ while the browser session it was handed to is signed in: it is looked up every t
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -34,14 +34,13 @@ from inboxd.services.credentials import (
     is_api_token,
     new_api_token,
 )
+from inboxd.services.ttl_cache import TtlCache
 from inboxd.store import mailboxes as mailbox_store
 from inboxd.store import sessions as session_store
 from inboxd.store import users as store
 from inboxd.store.db import Database, Tx
 
 AUTH_TTL = 2.0
-# Bearer values kept at most; past it the cache starts over.
-AUTH_LIMIT = 10_000
 PLANS = ("free", "pro")
 ROLES = ("user", "admin")
 STATUSES = ("active", "suspended")
@@ -53,43 +52,6 @@ class NewToken:
     value: str
 
 
-class CredentialCache:
-    """Who a bearer key names, kept `ttl` seconds; only what authenticated is kept.
-
-    `clear` (a `changed` announcement) also moves the generation on, and a lookup keeps its answer
-    only if the generation it started in is still current: a lookup in flight across a change
-    read the world before it, and keeping that answer would bring back what the change ended (a
-    reset mailbox's old token, a revoked API token) for `ttl` seconds.
-    """
-
-    def __init__(self, *, ttl: float = AUTH_TTL, limit: int = AUTH_LIMIT) -> None:
-        self._ttl = ttl
-        self._limit = limit
-        self._entries: dict[str, tuple[Principal, float]] = {}
-        self._generation = 0
-
-    def get(self, key: str, now: float) -> Principal | None:
-        entry = self._entries.get(key)
-        if entry is None or now - entry[1] >= self._ttl:
-            return None
-        return entry[0]
-
-    async def fetch(self, key: str, lookup: Callable[[], Awaitable[Principal]], *, now: float) -> Principal:
-        """`lookup()`'s principal (it raises to refuse), kept for `key` unless the cache was
-        cleared while it ran."""
-        generation = self._generation
-        principal = await lookup()
-        if generation == self._generation:
-            if len(self._entries) >= self._limit:
-                self._entries.clear()  # starting over forgets, but voids no lookup in flight
-            self._entries[key] = (principal, now)
-        return principal
-
-    def clear(self) -> None:
-        self._entries.clear()
-        self._generation += 1
-
-
 class UserService:
     def __init__(self, db: Database, *, clock: Callable[[], float], bus: EventBus, max_tokens: int = 100) -> None:
         self._db = db
@@ -99,7 +61,7 @@ class UserService:
         self._last_used: dict[str, float] = {}
         # Bearer key (an API token's hash, or a mailbox token's mailbox and generation) → who it
         # names and when that was read.
-        self._known = CredentialCache()
+        self._known: TtlCache[str, Principal] = TtlCache(ttl=AUTH_TTL)
         bus.on_changed(self._known.clear)
 
     async def create_user(self, email: str, *, plan: str = "free", role: str = "user") -> User:
