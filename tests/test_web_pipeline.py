@@ -260,3 +260,39 @@ async def test_next_keeps_a_path_on_this_site(harness: Harness) -> None:
     async with signed_in(harness) as client:
         answer = await client.get("/auth/sign-in", params={"next": "/mailboxes?notice=deleted"})
         assert answer.status_code == 303 and answer.headers["location"] == "/mailboxes?notice=deleted"
+
+
+async def test_whose_a_token_domain_or_webhook_is_one_rule_in_both_faces(harness: Harness) -> None:
+    """The pages and the API ask the same service methods: another user's token, domain or webhook
+    is unknown (404, the same message), the owner's own opens, and a revoked token is gone."""
+    services = harness.server.services
+    owner, owner_token = await user_with_token(harness, "owner@example.test", "pro")
+    _, other_token = await user_with_token(harness, "other@example.test", "pro")
+    domain = await services.domains.add(owner, "owned.example.com")
+    hook = await services.webhooks.create(owner, url="https://hooks.example.com/in", events=["email.received"])
+    kept = (await services.users.create_token(owner, "kept")).token
+    pages = {
+        f"/domains/{domain.id}/delete": "No such domain.",
+        f"/webhooks/{hook.id}": "No such webhook.",
+        f"/webhooks/{hook.id}/rotate": "No such webhook.",
+        f"/account/tokens/{kept.id}/revoke": "No such token: it may have been revoked already.",
+    }
+    async with signed_in(harness, "other@example.test") as client:
+        for path, message in pages.items():
+            answer = await client.get(path)
+            assert answer.status_code == 404 and message in answer.text, path
+    api = {
+        f"/api/user/webhooks/{hook.id}/deliveries": ("GET", "No such webhook."),
+        f"/api/user/domains/{domain.id}/verify": ("POST", "No such domain."),
+    }
+    for path, (method, message) in api.items():
+        refused = await harness.http.request(method, path, headers=harness.auth(other_token))
+        assert refused.status_code == 404 and refused.json()["message"] == message, path
+        mine = await harness.http.request(method, path, headers=harness.auth(owner_token))
+        assert mine.status_code == 200, path
+    async with signed_in(harness, "owner@example.test") as client:
+        for path in pages:
+            assert (await client.get(path)).status_code == 200, path
+        await services.users.revoke_token(owner, kept.id)
+        gone = await client.get(f"/account/tokens/{kept.id}/revoke")
+        assert gone.status_code == 404 and "it may have been revoked already" in gone.text

@@ -169,6 +169,13 @@ class UserService:
             for t in tokens
         ]
 
+    async def active_token(self, user: User, token_id: str) -> ApiToken:
+        """The user's token `token_id` while it is not revoked (what the revoke page confirms)."""
+        token = await self._db.read(partial(store.get_token, user_id=user.id, token_id=token_id))
+        if token is None or token.revoked_at is not None:
+            raise NotFound("No such token: it may have been revoked already.")
+        return token
+
     async def revoke_token(self, user: User, token_id: str) -> None:
         if not await self._db.write(partial(store.revoke_token, user_id=user.id, token_id=token_id, now=self._clock())):
             raise NotFound("No such token.")

@@ -112,6 +112,10 @@ class WebhookService:
     async def list_for(self, user: User) -> list[Webhook]:
         return await self._db.read(partial(store.list_for_user, user_id=user.id))
 
+    async def get(self, user: User, webhook_id: str) -> Webhook:
+        """The user's webhook `webhook_id` (its secret sealed, as stored)."""
+        return await self._db.read(partial(_owned, webhook_id=webhook_id, user_id=user.id))
+
     async def delete(self, user: User, webhook_id: str) -> None:
         if not await self._db.write(partial(store.delete_for_user, webhook_id=webhook_id, user_id=user.id)):
             raise NotFound("No such webhook.")
@@ -140,12 +144,17 @@ class WebhookService:
     async def deliveries(self, user: User, webhook_id: str) -> list[Delivery]:
         """The newest attempts, newest first."""
 
-        async def read(tx: Tx) -> list[Delivery] | None:
-            if await store.get_for_user(tx, webhook_id, user.id) is None:
-                return None
+        async def read(tx: Tx) -> list[Delivery]:
+            await _owned(tx, webhook_id=webhook_id, user_id=user.id)
             return await store.recent_deliveries(tx, webhook_id, limit=DELIVERIES_SHOWN)
 
-        found = await self._db.read(read)
-        if found is None:
-            raise NotFound("No such webhook.")
-        return found
+        return await self._db.read(read)
+
+
+async def _owned(tx: Tx, *, webhook_id: str, user_id: str) -> Webhook:
+    """Whose a webhook is, the one rule: the user's webhook `webhook_id`, else 404 (someone else's
+    is as unknown as one that never was). Rotating and deleting hold to it in their statements."""
+    found = await store.get_for_user(tx, webhook_id, user_id)
+    if found is None:
+        raise NotFound("No such webhook.")
+    return found

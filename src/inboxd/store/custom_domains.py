@@ -68,3 +68,9 @@ async def mark_verified(tx: Tx, domain_id: str, *, now: float) -> None:
 async def delete(tx: Tx, domain_id: str) -> None:
     """Removes the domain; its mailboxes stay, and the recipient lookup finds them no longer live."""
     await tx.execute("DELETE FROM custom_domains WHERE id = ?", domain_id)
+
+
+async def get_for_user(tx: Tx, domain_id: str, user_id: str) -> CustomDomain | None:
+    """The user's domain `domain_id`; None when the user has no such domain."""
+    row = await tx.fetchrow(f"SELECT {COLUMNS} FROM custom_domains WHERE id = ? AND user_id = ?", domain_id, user_id)
+    return None if row is None else domain_from(row)

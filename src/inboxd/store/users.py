@@ -156,3 +156,9 @@ async def search_users(tx: Tx, *, query: str, after: str, limit: int) -> list[Us
         limit,
     )
     return [user_from(r) for r in rows]
+
+
+async def get_token(tx: Tx, user_id: str, token_id: str) -> ApiToken | None:
+    """The user's token `token_id`, revoked or not; None when the user has no such token."""
+    row = await tx.fetchrow(f"SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE id = ? AND user_id = ?", token_id, user_id)
+    return None if row is None else token_from(row)

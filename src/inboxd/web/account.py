@@ -9,7 +9,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inboxd.auth.providers import configured
-from inboxd.errors import Conflict, NotFound
+from inboxd.errors import Conflict
 from inboxd.http.client_address import client_ip
 from inboxd.services.users import NewToken
 from inboxd.web.pages import WebCall, page, redirect, render
@@ -58,17 +58,10 @@ async def create_token(request: Request, call: WebCall) -> Response:
     return await _account(request, call, created=created)
 
 
-async def _own_token(call: WebCall, token_id: str) -> str:
-    for token in await call.services.users.list_tokens(call.user):
-        if token.id == token_id and token.revoked_at is None:
-            return token.name
-    raise NotFound("No such token: it may have been revoked already.")
-
-
 @page()
 async def confirm_revoke(request: Request, call: WebCall) -> Response:
-    name = await _own_token(call, request.path_params["id"])
-    return render(request, call, "revoke_token.html", token_id=request.path_params["id"], token_name=name)
+    token = await call.services.users.active_token(call.user, request.path_params["id"])
+    return render(request, call, "revoke_token.html", token_id=token.id, token_name=token.name)
 
 
 @page(operation=True)

@@ -66,17 +66,10 @@ async def verify_domain(request: Request, call: WebCall) -> Response:
     return await _domains_page(request, call, verification=verification)
 
 
-async def _own_domain(call: WebCall, domain_id: str) -> CustomDomain:
-    for domain in await call.services.domains.list(call.user):
-        if domain.id == domain_id:
-            return domain
-    raise NotFound("No such domain.")
-
-
 @page()
 async def confirm_delete_domain(request: Request, call: WebCall) -> Response:
     require_pro(call.user)
-    domain = await _own_domain(call, request.path_params["id"])
+    domain = await call.services.domains.get(call.user, request.path_params["id"])
     return render(
         request,
         call,
@@ -125,17 +118,10 @@ async def create_webhook(request: Request, call: WebCall) -> Response:
     return await _webhooks_page(request, call, secret=(created, created.secret), status=201)
 
 
-async def _own_webhook(call: WebCall, webhook_id: str) -> Webhook:
-    for hook in await call.services.webhooks.list_for(call.user):
-        if hook.id == webhook_id:
-            return hook
-    raise NotFound("No such webhook.")
-
-
 @page()
 async def confirm_webhook_action(request: Request, call: WebCall) -> Response:
     require_pro(call.user)
-    hook = await _own_webhook(call, request.path_params["id"])
+    hook = await call.services.webhooks.get(call.user, request.path_params["id"])
     action = request.path_params["action"]
     texts = {
         "rotate": ("Rotate the secret?", "The current secret stops working at once.", "Rotate secret"),
@@ -166,7 +152,7 @@ async def confirm_webhook_action(request: Request, call: WebCall) -> Response:
 async def webhook_action(request: Request, call: WebCall) -> Response:
     require_pro(call.user)
     services, user = call.services, call.user
-    hook = await _own_webhook(call, request.path_params["id"])
+    hook = await call.services.webhooks.get(call.user, request.path_params["id"])
     action = request.path_params["action"]
     if action == "rotate":
         return await _webhooks_page(request, call, secret=(hook, await services.webhooks.rotate(user, hook.id)))
@@ -183,7 +169,7 @@ async def webhook_action(request: Request, call: WebCall) -> Response:
 @page()
 async def deliveries(request: Request, call: WebCall) -> Response:
     require_pro(call.user)
-    hook = await _own_webhook(call, request.path_params["id"])
+    hook = await call.services.webhooks.get(call.user, request.path_params["id"])
     log = await call.services.webhooks.deliveries(call.user, hook.id)
     return render(request, call, "deliveries.html", webhook=hook, deliveries=log)
 
