@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from inboxd.app import Inboxd
-from inboxd.services.signin import VouchedIdentity
+from inboxd.services.sign_in import VouchedIdentity
 from tests.conftest import Clock, Harness, simple_message
 from tests.tcp_proxy import TcpProxy
 

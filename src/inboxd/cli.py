@@ -18,7 +18,7 @@ import click
 from inboxd.config import Settings, SettingsError, load_settings
 from inboxd.errors import InboxdError
 from inboxd.events import LocalBus
-from inboxd.services.signin import SignInService
+from inboxd.services.sign_in import SignInService
 from inboxd.services.users import UserService
 from inboxd.store import migrate
 from inboxd.store.db import Database

@@ -20,7 +20,7 @@ from starlette.requests import Request
 
 from inboxd.config import Settings
 from inboxd.errors import InvalidRequest, NotFound, ProviderError
-from inboxd.services.signin import ProviderInfo, VouchedIdentity, configured
+from inboxd.services.sign_in import ProviderInfo, VouchedIdentity, configured
 
 if TYPE_CHECKING:
     from authlib.integrations.starlette_client import OAuth

@@ -5,19 +5,19 @@ the limits and their headers; handlers stay small.
 and `admitted(...)`; the dashboard's `page(...)` finds its caller in the session cookie and runs
 the pages that do an operation (create a mailbox, reset a password, ...) through the same
 `admitted(...)`, so both faces hold one user to one request rate, creation interval and quota.
+A handler of either face gets the request and its `Call`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from inboxd.errors import Forbidden, InboxdError, Unauthorized
 from inboxd.http.body import services_of
-from inboxd.model import Principal
+from inboxd.model import Principal, User, WebSession
 from inboxd.services.limits import Allowance
 from inboxd.services.registry import Services
 
@@ -29,13 +29,43 @@ async def _nothing() -> None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
 class Call:
-    services: Services
-    principal: Principal
-    # For a path that creates a mailbox: admits the request and reserves the creation interval.
-    # Its service awaits it once the request is known to be valid, before any costly work.
-    admit_creation: Callable[[], Awaitable[None]] = _nothing
+    """One request as its handler sees it, on either face: the services, who is calling, and the
+    creation gate; on a page also the browser session and the submitted form."""
+
+    __slots__ = ("_principal", "admit_creation", "form", "services", "session")
+
+    def __init__(
+        self,
+        services: Services,
+        *,
+        principal: Principal | None = None,
+        admit_creation: Callable[[], Awaitable[None]] = _nothing,
+    ) -> None:
+        self.services = services
+        self._principal = principal
+        # For a path that creates a mailbox: admits the request and reserves the creation interval.
+        # Its service awaits it once the request is known to be valid, before any costly work.
+        self.admit_creation = admit_creation
+        # A page's: its session (a sign-in under way has one with no user yet) and a POST's form.
+        self.session: WebSession | None = None
+        self.form: dict[str, str] = {}
+
+    @property
+    def principal(self) -> Principal:
+        """Who is calling: an API handler's call always knows (the token's); a page's knows once
+        its session is signed in, which every page but the signed-out ones (`page("public")`)
+        makes sure of before its handler runs."""
+        assert self._principal is not None
+        return self._principal
+
+    @principal.setter
+    def principal(self, principal: Principal) -> None:
+        self._principal = principal
+
+    @property
+    def user(self) -> User:
+        return self.principal.user
 
 
 Handler = Callable[[Request, Call], Awaitable[Response]]
@@ -72,9 +102,7 @@ def endpoint(
                 if request.method in WRITES:
                     services.space.check()
                 _normalize_id(request)
-                return await handler(
-                    request, Call(services=services, principal=principal, admit_creation=gate.admit_creation)
-                )
+                return await handler(request, Call(services, principal=principal, admit_creation=gate.admit_creation))
 
             return await admitted(
                 services,

@@ -21,7 +21,7 @@ from inboxd.services.releases import ReleaseService
 from inboxd.services.render import Renderer
 from inboxd.services.sandbox import SandboxService
 from inboxd.services.sessions import SessionService
-from inboxd.services.signin import SignInService
+from inboxd.services.sign_in import SignInService
 from inboxd.services.space import SpaceGuard, disabled
 from inboxd.services.users import UserService
 from inboxd.services.waits import WaitService

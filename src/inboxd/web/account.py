@@ -11,8 +11,9 @@ from starlette.routing import Route
 from inboxd.auth.providers import configured
 from inboxd.errors import Conflict
 from inboxd.http.client_address import client_ip
+from inboxd.http.pipeline import Call
 from inboxd.services.users import NewToken
-from inboxd.web.pages import WebCall, page, redirect, render
+from inboxd.web.pages import page, redirect, render
 from inboxd.web.sign_in import begin_flow, providers_of
 
 _NOTICES = {
@@ -23,7 +24,7 @@ _NOTICES = {
 
 
 async def _account(
-    request: Request, call: WebCall, *, created: NewToken | None = None, problem: str = "", status: int = 200
+    request: Request, call: Call, *, created: NewToken | None = None, problem: str = "", status: int = 200
 ) -> Response:
     services, user = call.services, call.user
     profile = await services.profiles.of(user, usage=await services.admission.usage(user))
@@ -47,31 +48,31 @@ async def _account(
 
 
 @page()
-async def account(request: Request, call: WebCall) -> Response:
+async def account(request: Request, call: Call) -> Response:
     return await _account(request, call)
 
 
 @page(operation=True)
-async def create_token(request: Request, call: WebCall) -> Response:
+async def create_token(request: Request, call: Call) -> Response:
     """The new value is shown in this answer only; it is stored nowhere but as a hash."""
     created = await call.services.users.create_token(call.user, call.form.get("name", ""))
     return await _account(request, call, created=created)
 
 
 @page()
-async def confirm_revoke(request: Request, call: WebCall) -> Response:
+async def confirm_revoke(request: Request, call: Call) -> Response:
     token = await call.services.users.active_token(call.user, request.path_params["id"])
     return render(request, call, "revoke_token.html", token_id=token.id, token_name=token.name)
 
 
 @page(operation=True)
-async def revoke_token(request: Request, call: WebCall) -> Response:
+async def revoke_token(request: Request, call: Call) -> Response:
     await call.services.users.revoke_token(call.user, request.path_params["id"])
     return redirect("/account?notice=revoked")
 
 
 @page()
-async def link_provider(request: Request, call: WebCall) -> Response:
+async def link_provider(request: Request, call: Call) -> Response:
     """Start the provider's sign-in flow; its callback links what it vouches for to this user.
     The browser is sent on by a page, not by a redirect of this form's answer: the pages' CSP
     (`form-action 'self'`) stops a form whose answer redirects to another origin."""
@@ -83,7 +84,7 @@ async def link_provider(request: Request, call: WebCall) -> Response:
 
 
 @page()
-async def unlink_provider(request: Request, call: WebCall) -> Response:
+async def unlink_provider(request: Request, call: Call) -> Response:
     provider, subject = call.form.get("provider", ""), call.form.get("subject", "")
     try:
         await call.services.sign_in.unlink_identity(call.user, provider=provider, subject=subject)

@@ -9,14 +9,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inboxd.errors import Forbidden
+from inboxd.http.pipeline import Call
 from inboxd.services.users import PLANS, ROLES, STATUSES
-from inboxd.web.pages import WebCall, page, redirect, render
+from inboxd.web.pages import page, redirect, render
 
 PAGE_SIZE = 50
 
 
 @page("admin")
-async def users(request: Request, call: WebCall) -> Response:
+async def users(request: Request, call: Call) -> Response:
     query = request.query_params.get("q", "").strip()
     after = request.query_params.get("after", "")
     found = await call.services.users.search(query, after=after, limit=PAGE_SIZE + 1)
@@ -31,7 +32,7 @@ async def users(request: Request, call: WebCall) -> Response:
 
 
 @page("admin")
-async def user_detail(request: Request, call: WebCall) -> Response:
+async def user_detail(request: Request, call: Call) -> Response:
     services = call.services
     user = await services.users.user_by_id(request.path_params["id"])
     tokens = [t for t in await services.users.list_tokens(user) if t.revoked_at is None]
@@ -51,7 +52,7 @@ async def user_detail(request: Request, call: WebCall) -> Response:
 
 
 @page("admin")
-async def update_user(request: Request, call: WebCall) -> Response:
+async def update_user(request: Request, call: Call) -> Response:
     services = call.services
     user = await services.users.user_by_id(request.path_params["id"])
     role, status = call.form.get("role") or None, call.form.get("status") or None

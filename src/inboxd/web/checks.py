@@ -17,8 +17,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from inboxd.model import Mailbox, Principal
-from inboxd.web.pages import WebCall, page, redirect
+from inboxd.http.pipeline import Call
+from inboxd.model import Mailbox
+from inboxd.web.pages import page, redirect
 
 if TYPE_CHECKING:
     from inboxd.mail.checks.report import CheckReport, Finding
@@ -118,18 +119,18 @@ def checks_context(report: CheckReport) -> dict[str, Any]:
     }
 
 
-async def _mailbox(call: WebCall, request: Request) -> Mailbox:
-    principal = Principal(user=call.user, session=True)
+async def _mailbox(call: Call, request: Request) -> Mailbox:
+    principal = call.principal
     return await call.services.mailboxes.find(principal, request.path_params["mailbox"], scope="user")
 
 
-async def message_checks(call: WebCall, mailbox: Mailbox, message_id: str) -> dict[str, Any]:
+async def message_checks(call: Call, mailbox: Mailbox, message_id: str) -> dict[str, Any]:
     """The tab's context: the kept report, or computed now (the first view computes it, as the API)."""
     return checks_context(await call.services.checks.report(mailbox, message_id))
 
 
 @page(operation=True)
-async def recheck_links(request: Request, call: WebCall) -> Response:
+async def recheck_links(request: Request, call: Call) -> Response:
     """Fetch the message's links again, past the link cache (the API's `?refresh=links`)."""
     mailbox = await _mailbox(call, request)
     message_id = request.path_params["message"]

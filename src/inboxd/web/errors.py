@@ -12,7 +12,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from inboxd.errors import Forbidden, Gone, InboxdError, NotFound, ProviderError, RateLimited, SignInRefused
-from inboxd.web.pages import WebCall, page, render
+from inboxd.http.pipeline import Call
+from inboxd.web.pages import page, render
 
 log = logging.getLogger("inboxd.web")
 
@@ -46,7 +47,7 @@ def _title(error: InboxdError) -> str:
     return "That did not work"
 
 
-def error_page(request: Request, call: WebCall, error: InboxdError) -> Response:
+def error_page(request: Request, call: Call, error: InboxdError) -> Response:
     if isinstance(error, SignInRefused | ProviderError | Gone) or error.code == "csrf_failed":
         log.warning(
             "web %s %s refused: %s (%s)%s",
@@ -79,7 +80,7 @@ def error_page(request: Request, call: WebCall, error: InboxdError) -> Response:
 
 
 @page("public")
-async def _not_found(request: Request, call: WebCall) -> Response:
+async def _not_found(request: Request, call: Call) -> Response:
     raise NotFound("There is no page at this address.")
 
 

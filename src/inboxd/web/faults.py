@@ -13,11 +13,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from inboxd.model import Mailbox, Principal, iso
+from inboxd.http.pipeline import Call
+from inboxd.model import Mailbox, iso
 from inboxd.services.credentials import require_pro
 from inboxd.services.faults import describe
 from inboxd.services.registry import Services
-from inboxd.web.pages import WebCall, page, redirect
+from inboxd.web.pages import page, redirect
 
 
 async def banner(services: Services, mailbox: Mailbox) -> list[dict[str, Any]]:
@@ -38,15 +39,15 @@ def _short(ts: float) -> str:
 
 
 @page(operation=True)
-async def clear_mailbox_faults(request: Request, call: WebCall) -> Response:
-    principal = Principal(user=call.user, session=True)
+async def clear_mailbox_faults(request: Request, call: Call) -> Response:
+    principal = call.principal
     mailbox = await call.services.mailboxes.find(principal, request.path_params["mailbox"], scope="user")
     await call.services.faults.clear(mailbox)
     return redirect(f"/mailboxes/{mailbox.id}?notice=faults_cleared")
 
 
 @page(operation=True)
-async def clear_sandbox_faults(request: Request, call: WebCall) -> Response:
+async def clear_sandbox_faults(request: Request, call: Call) -> Response:
     require_pro(call.user)
     await call.services.faults.clear(await call.services.sandboxes.mailbox(call.user))
     return redirect("/sandbox")

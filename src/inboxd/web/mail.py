@@ -20,14 +20,15 @@ from starlette.routing import Route
 
 from inboxd.auth import cookies
 from inboxd.errors import NotFound
+from inboxd.http.pipeline import Call
 from inboxd.http.query import page_number
 from inboxd.http.responses import content_disposition
 from inboxd.mail.html_view import content_security_policy, with_color_scheme
-from inboxd.model import NO_FILTER, Mailbox, Principal
+from inboxd.model import NO_FILTER, Mailbox
 from inboxd.services.filters import parse_filter
 from inboxd.web.checks import message_checks
 from inboxd.web.faults import banner as faults_banner
-from inboxd.web.pages import WebCall, page, redirect, render
+from inboxd.web.pages import page, redirect, render
 from inboxd.web.releases import release_context
 
 # Bodies longer than this are cut on the page, with a link to the whole message: a 25 MB text part
@@ -67,18 +68,14 @@ _NOTICES = {
 _NEW_PASSWORD = "new_mailbox_password"
 
 
-def _principal(call: WebCall) -> Principal:
-    return Principal(user=call.user, session=True)
-
-
-async def _mailbox(call: WebCall, request: Request) -> Mailbox:
+async def _mailbox(call: Call, request: Request) -> Mailbox:
     """The mailbox the path names: `/mailboxes/{mailbox}/...`, or the user's sandbox under `/sandbox/...`."""
     if "mailbox" not in request.path_params:
         return await call.services.sandboxes.mailbox(call.user)
-    return await call.services.mailboxes.find(_principal(call), request.path_params["mailbox"], scope="user")
+    return await call.services.mailboxes.find(call.principal, request.path_params["mailbox"], scope="user")
 
 
-async def _ordinary_mailbox(call: WebCall, request: Request) -> Mailbox:
+async def _ordinary_mailbox(call: Call, request: Request) -> Mailbox:
     """A mailbox that has a password and can be deleted: the sandbox has neither (its service
     answers "No such mailbox" to a delete), so its forms are not found either."""
     mailbox = await _mailbox(call, request)
@@ -93,7 +90,7 @@ def home_of(mailbox: Mailbox) -> str:
 
 
 @page()
-async def mailboxes(request: Request, call: WebCall) -> Response:
+async def mailboxes(request: Request, call: Call) -> Response:
     services = call.services
     cursor = request.query_params.get("cursor", "")
     boxes, next_cursor = await services.mailboxes.page_for_user(call.user, cursor, limit=MAILBOXES_PER_PAGE)
@@ -110,7 +107,7 @@ async def mailboxes(request: Request, call: WebCall) -> Response:
 
 
 @page(creates_mailbox=True)
-async def create_mailbox(request: Request, call: WebCall) -> Response:
+async def create_mailbox(request: Request, call: Call) -> Response:
     form = call.form
     created, password = await call.services.mailboxes.create_in_dashboard(
         call.user,
@@ -126,7 +123,7 @@ async def create_mailbox(request: Request, call: WebCall) -> Response:
     return redirect(f"/mailboxes/{mailbox.id}?notice=created")
 
 
-async def _show_once(request: Request, call: WebCall, mailbox: Mailbox, password: str) -> None:
+async def _show_once(request: Request, call: Call, mailbox: Mailbox, password: str) -> None:
     """Keep a generated password in this browser session until the mailbox's page shows it, once
     (sealed by the sessions service: the database never holds it readable)."""
     assert call.session is not None
@@ -134,7 +131,7 @@ async def _show_once(request: Request, call: WebCall, mailbox: Mailbox, password
     await call.services.sessions.keep_secret(call.session, cookie, f"{_NEW_PASSWORD}:{mailbox.id}", password)
 
 
-async def _take_shown_once(request: Request, call: WebCall, mailbox: Mailbox) -> str | None:
+async def _take_shown_once(request: Request, call: Call, mailbox: Mailbox) -> str | None:
     """The generated password of `mailbox` if this session has not been shown it yet; forgotten now."""
     if call.session is None:
         return None
@@ -143,7 +140,7 @@ async def _take_shown_once(request: Request, call: WebCall, mailbox: Mailbox) ->
 
 
 @page()
-async def confirm_delete_mailbox(request: Request, call: WebCall) -> Response:
+async def confirm_delete_mailbox(request: Request, call: Call) -> Response:
     mailbox = await _ordinary_mailbox(call, request)
     return render(
         request,
@@ -158,28 +155,28 @@ async def confirm_delete_mailbox(request: Request, call: WebCall) -> Response:
 
 
 @page(operation=True)
-async def delete_mailbox(request: Request, call: WebCall) -> Response:
+async def delete_mailbox(request: Request, call: Call) -> Response:
     mailbox = await _mailbox(call, request)
-    await call.services.mailboxes.delete(_principal(call), mailbox.id, scope="user")
+    await call.services.mailboxes.delete(call.principal, mailbox.id, scope="user")
     return redirect("/mailboxes?notice=mailbox_deleted")
 
 
 @page()
-async def password_form(request: Request, call: WebCall) -> Response:
+async def password_form(request: Request, call: Call) -> Response:
     mailbox = await _ordinary_mailbox(call, request)
     return render(request, call, "mailbox_password.html", mailbox=mailbox)
 
 
 @page(operation=True)
-async def reset_password(request: Request, call: WebCall) -> Response:
+async def reset_password(request: Request, call: Call) -> Response:
     mailbox = await _mailbox(call, request)
     await call.services.mailboxes.reset_password(
-        _principal(call), mailbox.id, password=call.form.get("password", ""), auth_key=None, scope="user"
+        call.principal, mailbox.id, password=call.form.get("password", ""), auth_key=None, scope="user"
     )
     return redirect(f"/mailboxes/{mailbox.id}?notice=password_reset")
 
 
-async def _inbox_context(request: Request, call: WebCall, mailbox: Mailbox | None = None) -> dict[str, Any]:
+async def _inbox_context(request: Request, call: Call, mailbox: Mailbox | None = None) -> dict[str, Any]:
     mailbox = mailbox or await _mailbox(call, request)
     number = page_number(request)
     # The search box sends `q` (full text); the list takes every filter of the API's message lists.
@@ -208,7 +205,7 @@ async def _inbox_context(request: Request, call: WebCall, mailbox: Mailbox | Non
 
 
 @page()
-async def inbox(request: Request, call: WebCall) -> Response:
+async def inbox(request: Request, call: Call) -> Response:
     mailbox = await _mailbox(call, request)
     if await call.services.sandboxes.is_sandbox(mailbox):
         return redirect(SANDBOX + (f"?{request.url.query}" if request.url.query else ""))
@@ -228,13 +225,13 @@ async def inbox(request: Request, call: WebCall) -> Response:
 
 
 @page()
-async def inbox_rows(request: Request, call: WebCall) -> Response:
+async def inbox_rows(request: Request, call: Call) -> Response:
     """The list's rows alone: what the live inbox swaps in after a new mail or a reconnect."""
     return render(request, call, "message_rows.html", **await _inbox_context(request, call))
 
 
 @page()
-async def sandbox(request: Request, call: WebCall) -> Response:
+async def sandbox(request: Request, call: Call) -> Response:
     """The SMTP sandbox: its settings and snippets, and what it caught, listed like any mailbox."""
     info = await call.services.sandboxes.info(call.user)
     context = await _inbox_context(request, call, info.sandbox.mailbox)
@@ -244,18 +241,18 @@ async def sandbox(request: Request, call: WebCall) -> Response:
 
 
 @page()
-async def live_token(request: Request, call: WebCall) -> Response:
+async def live_token(request: Request, call: Call) -> Response:
     """A token for this page's WebSocket, bound to this browser session; POST with the CSRF token,
     so no other site gets one."""
     assert call.session is not None  # the page is for the signed-in
     token = await call.services.mailboxes.live_token(
-        _principal(call), request.path_params["mailbox"], session_id=call.session.id
+        call.principal, request.path_params["mailbox"], session_id=call.session.id
     )
     return JSONResponse({"token": token}, headers={"Cache-Control": "no-store"})
 
 
 @page()
-async def message(request: Request, call: WebCall) -> Response:
+async def message(request: Request, call: Call) -> Response:
     mailbox = await _mailbox(call, request)
     message_id = request.path_params["message"]
     services = call.services
@@ -308,7 +305,7 @@ async def message(request: Request, call: WebCall) -> Response:
 
 
 @page()
-async def message_html(request: Request, call: WebCall) -> Response:
+async def message_html(request: Request, call: Call) -> Response:
     """The HTML body on its own, inert: cleaned, and sandboxed by its CSP (no scripts, no fetches)."""
     mailbox = await _mailbox(call, request)
     remote = request.query_params.get("remote") == "1"
@@ -331,7 +328,7 @@ async def message_html(request: Request, call: WebCall) -> Response:
 
 
 @page()
-async def message_source(request: Request, call: WebCall) -> Response:
+async def message_source(request: Request, call: Call) -> Response:
     mailbox = await _mailbox(call, request)
     raw = await call.services.messages.source(mailbox, request.path_params["message"])
     return Response(
@@ -342,7 +339,7 @@ async def message_source(request: Request, call: WebCall) -> Response:
 
 
 @page()
-async def message_attachment(request: Request, call: WebCall) -> Response:
+async def message_attachment(request: Request, call: Call) -> Response:
     """Always a download: a browser never renders a part of a message in our origin."""
     mailbox = await _mailbox(call, request)
     part = await call.services.messages.attachment(
@@ -359,7 +356,7 @@ async def message_attachment(request: Request, call: WebCall) -> Response:
 
 
 @page(operation=True)
-async def mark(request: Request, call: WebCall) -> Response:
+async def mark(request: Request, call: Call) -> Response:
     mailbox = await _mailbox(call, request)
     message_id = request.path_params["message"]
     if request.path_params["state"] == "unread":
@@ -370,14 +367,14 @@ async def mark(request: Request, call: WebCall) -> Response:
 
 
 @page(operation=True)
-async def mark_all_read(request: Request, call: WebCall) -> Response:
+async def mark_all_read(request: Request, call: Call) -> Response:
     mailbox = await _mailbox(call, request)
     await call.services.messages.mark_many_read(mailbox, ids=None, all_=True)
     return redirect(home_of(mailbox))
 
 
 @page(operation=True)
-async def delete_message(request: Request, call: WebCall) -> Response:
+async def delete_message(request: Request, call: Call) -> Response:
     mailbox = await _mailbox(call, request)
     await call.services.messages.delete(mailbox, request.path_params["message"])
     return redirect(f"{home_of(mailbox)}?notice=deleted")

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import parseaddr
 from functools import lru_cache
@@ -33,8 +32,8 @@ from inboxd.auth import cookies, csrf
 from inboxd.errors import Forbidden, InboxdError
 from inboxd.http.body import read_form, services_of
 from inboxd.http.client_address import client_ip
-from inboxd.http.pipeline import WRITES, Gate, admitted
-from inboxd.model import Principal, User, WebSession
+from inboxd.http.pipeline import WRITES, Call, Endpoint, Gate, Handler, admitted
+from inboxd.model import Principal
 from inboxd.services.registry import Services
 from inboxd.web.layout import nav_for
 
@@ -52,26 +51,6 @@ SECURITY_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
 }
 SIGN_IN_PATH = "/auth/sign-in"
-
-
-@dataclass
-class WebCall:
-    """What a page handler gets: the services, the session (if any) and the submitted form."""
-
-    services: Services
-    session: WebSession | None
-    form: dict[str, str] = field(default_factory=dict)
-    # On a page that creates a mailbox: admits the creation (interval) once the form is valid.
-    admit_creation: Callable[[], Awaitable[None]] | None = None
-
-    @property
-    def user(self) -> User:
-        assert self.session is not None and self.session.user is not None
-        return self.session.user
-
-
-PageHandler = Callable[[Request, WebCall], Awaitable[Response]]
-Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 @lru_cache(maxsize=1)
@@ -125,7 +104,7 @@ def static_url(name: str) -> str:
     return f"/static/{name}?v={hashlib.sha256(data).hexdigest()[:10]}"
 
 
-def render(request: Request, call: WebCall | None, template: str, *, status: int = 200, **context: Any) -> Response:
+def render(request: Request, call: Call | None, template: str, *, status: int = 200, **context: Any) -> Response:
     session = call.session if call else None
     user = session.user if session else None
     html = (
@@ -173,7 +152,7 @@ Access = Literal["public", "user", "admin"]
 
 def page(
     access: Access = "user", *, csrf_session: bool = True, operation: bool = False, creates_mailbox: bool = False
-) -> Callable[[PageHandler], Endpoint]:
+) -> Callable[[Handler], Endpoint]:
     """Wrap a page handler with the session, the limits, the guard of `access`, and CSRF checks on POST.
 
     csrf_session: a POST needs the session's CSRF token (pages for the signed-out, such as the
@@ -183,17 +162,19 @@ def page(
     """
     operation = operation or creates_mailbox
 
-    def wrap(handler: PageHandler) -> Endpoint:
+    def wrap(handler: Handler) -> Endpoint:
         async def run(request: Request) -> Response:
             from inboxd.web.errors import error_page
 
             services = services_of(request)
             settings = services.settings
             value = cookies.read(request, settings)
-            call = WebCall(services=services, session=None)
+            call = Call(services)
             try:
                 call.session = await services.sessions.resolve(value) if value else None
                 user = call.session.user if call.session is not None else None
+                if user is not None:
+                    call.principal = Principal(user=user, session=True)
                 await services.admission.admit_page(caller=f"user:{user.id}" if user else f"ip:{client_ip(request)}")
                 response = await _guarded(
                     request,
@@ -218,8 +199,8 @@ def page(
 
 async def _guarded(
     request: Request,
-    call: WebCall,
-    handler: PageHandler,
+    call: Call,
+    handler: Handler,
     *,
     access: Access,
     csrf_session: bool,
@@ -250,11 +231,10 @@ async def _guarded(
         call.admit_creation = gate.admit_creation
         return await handler(request, call)
 
-    principal = Principal(user=call.user, session=True)
-    return await admitted(services, principal, work, creates_mailbox=creates_mailbox)
+    return await admitted(services, call.principal, work, creates_mailbox=creates_mailbox)
 
 
-def _maintain_cookie(response: Response, call: WebCall, *, value: str, services: Services) -> None:
+def _maintain_cookie(response: Response, call: Call, *, value: str, services: Services) -> None:
     """Slide a signed-in session's cookie; drop a cookie that opens nothing. A handler that set
     or cleared the cookie itself (sign-in, sign-out) is left alone."""
     settings = services.settings

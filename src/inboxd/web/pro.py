@@ -12,10 +12,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inboxd.errors import NotFound
+from inboxd.http.pipeline import Call
 from inboxd.model import CustomDomain, Webhook
 from inboxd.services.credentials import require_pro
 from inboxd.services.domains import Verification
-from inboxd.web.pages import WebCall, page, redirect, render
+from inboxd.web.pages import page, redirect, render
 
 EVENTS = ("email.received",)
 _NOTICES = {
@@ -26,7 +27,7 @@ _NOTICES = {
 
 async def _domains_page(
     request: Request,
-    call: WebCall,
+    call: Call,
     *,
     added: CustomDomain | None = None,
     verification: Verification | None = None,
@@ -48,26 +49,26 @@ async def _domains_page(
 
 
 @page()
-async def domains(request: Request, call: WebCall) -> Response:
+async def domains(request: Request, call: Call) -> Response:
     return await _domains_page(request, call)
 
 
 @page(operation=True)
-async def add_domain(request: Request, call: WebCall) -> Response:
+async def add_domain(request: Request, call: Call) -> Response:
     require_pro(call.user)
     added = await call.services.domains.add(call.user, call.form.get("domain", ""))
     return await _domains_page(request, call, added=added, status=201)
 
 
 @page(operation=True)
-async def verify_domain(request: Request, call: WebCall) -> Response:
+async def verify_domain(request: Request, call: Call) -> Response:
     require_pro(call.user)
     verification = await call.services.domains.verify(call.user, request.path_params["id"])
     return await _domains_page(request, call, verification=verification)
 
 
 @page()
-async def confirm_delete_domain(request: Request, call: WebCall) -> Response:
+async def confirm_delete_domain(request: Request, call: Call) -> Response:
     require_pro(call.user)
     domain = await call.services.domains.get(call.user, request.path_params["id"])
     return render(
@@ -83,14 +84,14 @@ async def confirm_delete_domain(request: Request, call: WebCall) -> Response:
 
 
 @page(operation=True)
-async def delete_domain(request: Request, call: WebCall) -> Response:
+async def delete_domain(request: Request, call: Call) -> Response:
     require_pro(call.user)
     await call.services.domains.delete(call.user, request.path_params["id"])
     return redirect("/domains?notice=domain_deleted")
 
 
 async def _webhooks_page(
-    request: Request, call: WebCall, *, secret: tuple[Webhook, str] | None = None, status: int = 200
+    request: Request, call: Call, *, secret: tuple[Webhook, str] | None = None, status: int = 200
 ) -> Response:
     require_pro(call.user)
     return render(
@@ -106,12 +107,12 @@ async def _webhooks_page(
 
 
 @page()
-async def webhooks(request: Request, call: WebCall) -> Response:
+async def webhooks(request: Request, call: Call) -> Response:
     return await _webhooks_page(request, call)
 
 
 @page(operation=True)
-async def create_webhook(request: Request, call: WebCall) -> Response:
+async def create_webhook(request: Request, call: Call) -> Response:
     require_pro(call.user)
     events = [e for e in EVENTS if call.form.get(f"event:{e}")]
     created = await call.services.webhooks.create(call.user, url=call.form.get("url", ""), events=events)
@@ -119,7 +120,7 @@ async def create_webhook(request: Request, call: WebCall) -> Response:
 
 
 @page()
-async def confirm_webhook_action(request: Request, call: WebCall) -> Response:
+async def confirm_webhook_action(request: Request, call: Call) -> Response:
     require_pro(call.user)
     hook = await call.services.webhooks.get(call.user, request.path_params["id"])
     action = request.path_params["action"]
@@ -149,7 +150,7 @@ async def confirm_webhook_action(request: Request, call: WebCall) -> Response:
 
 
 @page(operation=True)
-async def webhook_action(request: Request, call: WebCall) -> Response:
+async def webhook_action(request: Request, call: Call) -> Response:
     require_pro(call.user)
     services, user = call.services, call.user
     hook = await call.services.webhooks.get(call.user, request.path_params["id"])
@@ -167,7 +168,7 @@ async def webhook_action(request: Request, call: WebCall) -> Response:
 
 
 @page()
-async def deliveries(request: Request, call: WebCall) -> Response:
+async def deliveries(request: Request, call: Call) -> Response:
     require_pro(call.user)
     hook = await call.services.webhooks.get(call.user, request.path_params["id"])
     log = await call.services.webhooks.deliveries(call.user, hook.id)

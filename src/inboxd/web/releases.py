@@ -15,14 +15,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inboxd.errors import Forbidden, InvalidRequest, RateLimited, RelayError
-from inboxd.model import Mailbox, Principal
-from inboxd.web.pages import WebCall, page, render
+from inboxd.http.pipeline import Call
+from inboxd.model import Mailbox
+from inboxd.web.pages import page, render
 
 # The form's one field takes addresses separated by commas, semicolons or white space.
 _SEPARATORS = re.compile(r"[,;\s]+")
 
 
-async def release_context(call: WebCall, mailbox: Mailbox, message_id: str) -> dict[str, Any]:
+async def release_context(call: Call, mailbox: Mailbox, message_id: str) -> dict[str, Any]:
     """What the message page's release partial shows; reads nothing when releases are off."""
     releases = call.services.releases
     if not releases.enabled:
@@ -31,8 +32,8 @@ async def release_context(call: WebCall, mailbox: Mailbox, message_id: str) -> d
 
 
 @page(operation=True)
-async def release_message(request: Request, call: WebCall) -> Response:
-    principal = Principal(user=call.user, session=True)
+async def release_message(request: Request, call: Call) -> Response:
+    principal = call.principal
     mailbox = await call.services.mailboxes.find(principal, request.path_params["mailbox"], scope="user")
     message_id = request.path_params["message"]
     to = [a for a in _SEPARATORS.split(call.form.get("to", "")) if a]

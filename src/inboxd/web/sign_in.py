@@ -11,9 +11,10 @@ from inboxd.auth import cookies
 from inboxd.auth.providers import Providers, configured
 from inboxd.errors import InvalidRequest
 from inboxd.http.client_address import client_ip
+from inboxd.http.pipeline import Call
 from inboxd.model import User
 from inboxd.services.sessions import FLOW_TTL
-from inboxd.web.pages import WebCall, page, redirect, render, safe_next
+from inboxd.web.pages import page, redirect, render, safe_next
 
 _REASONS = {
     "expired": "Your session has ended. Please sign in again.",
@@ -23,13 +24,13 @@ _REASONS = {
 
 
 @page("public")
-async def home(request: Request, call: WebCall) -> Response:
+async def home(request: Request, call: Call) -> Response:
     signed_in = call.session is not None and call.session.user is not None
     return redirect("/mailboxes" if signed_in else "/auth/sign-in")
 
 
 @page("public")
-async def sign_in_page(request: Request, call: WebCall) -> Response:
+async def sign_in_page(request: Request, call: Call) -> Response:
     target = safe_next(request.query_params.get("next"), "/account")
     if call.session is not None and call.session.user is not None:
         return redirect(target)
@@ -44,13 +45,13 @@ async def sign_in_page(request: Request, call: WebCall) -> Response:
 
 
 @page("public")
-async def link_page(request: Request, call: WebCall) -> Response:
+async def link_page(request: Request, call: Call) -> Response:
     """A link only shows a button: a link preview or prefetch must not use it up."""
     return render(request, call, "sign_in_link.html", action=request.url.path)
 
 
 @page("public", csrf_session=False)
-async def use_link(request: Request, call: WebCall) -> Response:
+async def use_link(request: Request, call: Call) -> Response:
     await call.services.admission.admit_web_sign_in(client=client_ip(request))
     user = await call.services.sign_in.redeem_link(request.path_params["secret"])
     return await start_session(call, user, target="/account")
@@ -62,7 +63,7 @@ def providers_of(request: Request) -> Providers:
 
 
 @page("public")
-async def provider_start(request: Request, call: WebCall) -> Response:
+async def provider_start(request: Request, call: Call) -> Response:
     """Send the browser to the provider to sign in. The flow's state lives in a session: the
     visitor's own, or a new one that exists only for this sign-in."""
     providers_of(request).info(request.path_params["provider"])  # 404 for a provider not configured
@@ -79,7 +80,7 @@ async def provider_start(request: Request, call: WebCall) -> Response:
     return response
 
 
-async def begin_flow(request: Request, call: WebCall, key: str, *, next_path: str, link_to: User | None = None) -> str:
+async def begin_flow(request: Request, call: Call, key: str, *, next_path: str, link_to: User | None = None) -> str:
     """The provider's authorization URL for a flow kept in the (open) session; the caller has
     admitted the attempt. `link_to` (the signed-in user, from a form with the session's CSRF token)
     makes the callback link the provider account to that user instead of signing in."""
@@ -100,7 +101,7 @@ _LINK_TO = "link_to"
 
 
 @page("public")
-async def provider_callback(request: Request, call: WebCall) -> Response:
+async def provider_callback(request: Request, call: Call) -> Response:
     """Check the provider's answer against the flow's state, then sign in whom it vouches for, or
     link it to the signed-in user who started a linking flow."""
     providers, key = providers_of(request), request.path_params["provider"]
@@ -128,7 +129,7 @@ async def provider_callback(request: Request, call: WebCall) -> Response:
     return await start_session(call, user, target=safe_next(str(data.get("next") or ""), "/account"))
 
 
-async def start_session(call: WebCall, user: User, *, target: str) -> Response:
+async def start_session(call: Call, user: User, *, target: str) -> Response:
     """Sign `user` in: a new session (the old one, signed in or not, is ended) and its cookie."""
     opened = await call.services.sessions.open(user, replacing=call.session)
     response = redirect(target)
@@ -139,7 +140,7 @@ async def start_session(call: WebCall, user: User, *, target: str) -> Response:
 
 
 @page("user")
-async def sign_out(request: Request, call: WebCall) -> Response:
+async def sign_out(request: Request, call: Call) -> Response:
     assert call.session is not None
     await call.services.sessions.end(call.session)
     response = redirect("/auth/sign-in?reason=signed-out")
@@ -148,7 +149,7 @@ async def sign_out(request: Request, call: WebCall) -> Response:
 
 
 @page("user")
-async def sign_out_everywhere(request: Request, call: WebCall) -> Response:
+async def sign_out_everywhere(request: Request, call: Call) -> Response:
     await call.services.sessions.end_all(call.user)
     response = redirect("/auth/sign-in?reason=signed-out-everywhere")
     cookies.clear(response, call.services.settings)

@@ -1,4 +1,4 @@
-"""The sign-in rules of services/signin.py on both back ends: which identities link by themselves,
+"""The sign-in rules of services/sign_in.py on both back ends: which identities link by themselves,
 linking from a signed-in session, and unlinking that never leaves a user without a way to sign in."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from inboxd.app import Inboxd
 from inboxd.errors import Conflict, NotFound, SignInRefused
-from inboxd.services.signin import VouchedIdentity
+from inboxd.services.sign_in import VouchedIdentity
 from tests.conftest import Clock
 
 
