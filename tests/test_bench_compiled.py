@@ -23,7 +23,7 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
 
 
-@pytest.mark.parametrize("step", ["session", "summary"])
+@pytest.mark.parametrize("step", ["session", "handoff", "summary"])
 def test_a_step_runs_the_source_modules(step: str) -> None:
     # The session step raises unless every message ends with the 250 of a delivery.
     argv = [sys.executable, "-m", "bench.compiled.steps", step, "--messages", "30", "--warmup", "3"]

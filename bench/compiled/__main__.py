@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.compiled import build
-from bench.message import build_message
-from bench.servers import cpu_model, cpu_seconds
+from bench.message import build_message, write_for_smtp_source
+from bench.servers import Inboxd, cpu_model, cpu_seconds
 from bench.tools import find_tools
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -97,25 +97,69 @@ def _stop(process: subprocess.Popen[str]) -> None:
             process.wait()
 
 
+def user_system(pid: int) -> tuple[float, float]:
+    """A process's user and system CPU-seconds so far (its threads included; Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def serve_load(
     argv: list[str], env: dict[str, str], *, smtp_source: str, mail: Path, messages: int, log: Path
-) -> float:
-    """Server CPU µs per message while `smtp-source` sends `messages` mails; checks each was taken."""
+) -> tuple[float, float]:
+    """Server CPU µs per message, user and system, while `smtp-source` sends `messages` mails;
+    checks each was taken."""
     with log.open("w") as stderr:
         process = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True)
     try:
         port = _wait_port(process)
         time.sleep(0.3)  # past the start's imports and allocations
-        before = cpu_seconds(process.pid)
+        before = user_system(process.pid)
         load = [smtp_source, "-d", "-s", "32", "-m", str(messages), "-F", str(mail), "-f", SENDER, "-t", RECIPIENT]
         subprocess.run([*load, f"127.0.0.1:{port}"], check=True, timeout=300, stdout=subprocess.DEVNULL)
         time.sleep(0.2)  # the last replies and closes
-        spent = cpu_seconds(process.pid) - before
+        after = user_system(process.pid)
     finally:
         _stop(process)
     accepted = sum(1 for line in log.read_text().splitlines() if "transaction accepted" in line)
     if accepted != messages:
         raise RuntimeError(f"{argv[0]}: {accepted} of {messages} messages accepted")
+    return (after[0] - before[0]) / messages * 1e6, (after[1] - before[1]) / messages * 1e6
+
+
+def _settle(pid: int, *, limit: float = 60.0) -> None:
+    """Wait until the server is idle (below 5 % of a core over a quarter second): the indexing a
+    load leaves behind counts, as in `bench goals` and `bench compare`."""
+    deadline = time.monotonic() + limit
+    last = cpu_seconds(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = cpu_seconds(pid)
+        if now - last < 0.05 * 0.25:
+            return
+        last = now
+
+
+def whole_ingest(scratch: Path, *, smtp_source: str, mail: Path, messages: int) -> float:
+    """inboxd as `make run` serves it (SQLite), server CPU µs per message, SMTP to commit and index."""
+    server = Inboxd(backend="sqlite", workdir=scratch, pg_url="")
+    load = [smtp_source, "-d", "-s", "32", "-F", str(mail), "-f", SENDER]
+    try:
+        server.start()
+        warmup = server.create_mailbox("warmup@inboxd.localhost")
+        subprocess.run([*load, "-m", "200", "-t", warmup.address, f"127.0.0.1:{server.smtp_port}"], check=True)
+        _settle(server.pid)
+        mailbox = server.create_mailbox("bench@inboxd.localhost")
+        before = cpu_seconds(server.pid)
+        command = [*load, "-m", str(messages), "-t", mailbox.address, f"127.0.0.1:{server.smtp_port}"]
+        subprocess.run(command, check=True, timeout=600, stdout=subprocess.DEVNULL)
+        _settle(server.pid)
+        spent = cpu_seconds(server.pid) - before
+        stored = server.count(mailbox)
+    finally:
+        server.stop()
+    if stored != messages:
+        raise RuntimeError(f"inboxd stored {stored} of {messages} messages")
     return spent / messages * 1e6
 
 
@@ -133,7 +177,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="alternating rounds")
     parser.add_argument("--messages", type=int, default=5000, help="messages per in-process step run")
     parser.add_argument("--load-messages", type=int, default=20000, help="messages per smtp-source run")
-    parser.add_argument("--ingest-us", type=float, default=INGEST_US, help="server CPU µs of one ingested message")
+    parser.add_argument("--ingest-messages", type=int, default=6000, help="messages per whole-ingest run")
+    parser.add_argument(
+        "--ingest-us", type=float, default=INGEST_US, help="server CPU µs of one ingested message, with --no-load"
+    )
     parser.add_argument("--scratch", type=Path, help="build here and keep it (default: a temporary directory)")
     parser.add_argument("--no-load", action="store_true", help="only the in-process steps")
     parser.add_argument("--no-native", action="store_true", help="without the compiled parser from PyPI")
@@ -150,18 +197,18 @@ def main(argv: list[str]) -> int:
         mypyc_seconds = time.perf_counter() - started
         receiver = build.c_receiver(scratch)
         native = None if args.no_native else install_native(scratch)
-        mail = scratch / "mail-4k.eml"
-        mail.write_bytes(build_message(4096, sender=SENDER, recipient=RECIPIENT))
+        mail = write_for_smtp_source(build_message(4096, sender=SENDER, recipient=RECIPIENT), scratch / "mail-4k.eml")
         source = Variant("python", str(ROOT / "src"))
         compiled = Variant("mypyc", str(tree))
         natives = [] if native is None else [Variant("native", os.pathsep.join([str(native), str(ROOT / "src")]))]
         load_before = os.getloadavg()[0]
         figures: dict[str, list[float]] = defaultdict(list)
         same = ""
+        step_size = ["--messages", str(args.messages)]
         steps = {
-            "session": ["session", "--messages", str(args.messages)],
-            "session, log line off": ["session", "--messages", str(args.messages), "--log-level", "warning"],
-            "summary": ["summary", "--messages", str(args.messages)],
+            "session": ["session", *step_size],
+            "session, log line off": ["session", *step_size, "--log-level", "warning"],
+            "summary": ["summary", *step_size],
         }
         for round_ in range(args.repeats):
             order = (source, compiled) if round_ % 2 == 0 else (compiled, source)
@@ -171,8 +218,9 @@ def main(argv: list[str]) -> int:
                     figures[f"{label} / {variant.name}"].append(float(str(result["us_per_msg"])))
                     if label == "summary":
                         figures[f"summary, corpus / {variant.name}"].append(float(str(result["corpus_us_per_msg"])))
+            figures["handoff / python"].append(float(str(run_step(source, ["handoff", *step_size])["us_per_msg"])))
             for variant in natives:
-                result = run_step(variant, ["summary-native", "--messages", str(args.messages)])
+                result = run_step(variant, ["summary-native", *step_size])
                 figures["summary / native"].append(float(str(result["us_per_msg"])))
                 figures["summary, corpus / native"].append(float(str(result["corpus_us_per_msg"])))
                 figures["summary, parser call alone / native"].append(float(str(result["parse_us_per_msg"])))
@@ -185,11 +233,17 @@ def main(argv: list[str]) -> int:
                 ("mypyc", [sys.executable, "-m", "bench.compiled.receiver"], _env(compiled)),
                 ("C", [str(receiver), "0"], dict(os.environ)),
             ]
+            figures["whole ingest / python"].append(
+                whole_ingest(scratch, smtp_source=smtp_source, mail=mail, messages=args.ingest_messages)
+            )
             shift = round_ % len(servers)
             for name, command, env in servers[shift:] + servers[:shift]:
                 log = scratch / f"receiver-{name}.log"
-                us = serve_load(command, env, smtp_source=smtp_source, mail=mail, messages=args.load_messages, log=log)
-                figures[f"over sockets / {name}"].append(us)
+                user, system = serve_load(
+                    command, env, smtp_source=smtp_source, mail=mail, messages=args.load_messages, log=log
+                )
+                figures[f"over sockets / {name}"].append(user + system)
+                figures[f"over sockets, system (kernel) part / {name}"].append(system)
             print(f"round {round_ + 1} of {args.repeats} done", file=sys.stderr)
         load_after = os.getloadavg()[0]
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
@@ -220,10 +274,26 @@ def main(argv: list[str]) -> int:
         base, other = figures.get(left), figures.get(right)
         if base and other:
             print(f"| {label} | {_fmt(base)} | {_fmt(other)} | {_ratio(base, other)} |")
+    whole = figures.get("whole ingest / python")
+    ingest_us = statistics.median(whole) if whole else args.ingest_us
+    if whole:
+        print(f"| whole ingest, inboxd serve (SQLite), smtp-source -d -s 32 | {_fmt(whole)} | | |")
+    base, front = figures.get("over sockets / python"), figures.get("over sockets / C")
+    handoff = figures.get("handoff / python")
+    if base and front and handoff:
+        estimate = statistics.median(front) + statistics.median(handoff)
+        saved = statistics.median(base) - estimate
+        after = ingest_us - saved
+        print()
+        print(
+            f"a C front end handing each message to Python: {estimate:,.1f} µs (C receiver + hand-off), "
+            f"{saved:,.1f} µs less than Python's protocol: ingest {ingest_us:.0f} → {after:.0f} µs, "
+            f"{1e6 / ingest_us:,.0f} → {1e6 / after:,.0f} msg per CPU-second"
+        )
     print()
-    print(f"share of one ingested message ({args.ingest_us:.0f} µs), medians:")
+    print(f"share of one ingested message ({ingest_us:.0f} µs), medians:")
     for key, values in sorted(figures.items()):
-        print(f"  {key}: {statistics.median(values):,.1f} µs = {statistics.median(values) / args.ingest_us:.1%}")
+        print(f"  {key}: {statistics.median(values):,.1f} µs = {statistics.median(values) / ingest_us:.1%}")
     return 0
 
 

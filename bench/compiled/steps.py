@@ -11,6 +11,9 @@ and the file the measured module was loaded from, which shows which variant ran.
   `serve` configures it, written to /dev/null); only the transport (a sink) and the listener's
   hooks (the recipient known, the delivery done at once) are stand-ins, so what is measured
   is the protocol alone, not the parse, compression or commit that ingest adds.
+- `handoff`: the least Python a compiled SMTP front end would still run per message: a callback
+  with the message's bytes that spawns the task awaiting the delivery (done at once, as above)
+  and hands the 250 back, the same way the session's `_end_data` and `_deliver` do.
 - `summary`: `parse_summary` over the bench's 4 KB message as the session hands it over
   (a bytearray that starts with the `Received:` header), and over the mail corpus in tests/data.
 - `summary-native`: the same inputs through `native_summary`, the summary taken from a compiled
@@ -185,6 +188,45 @@ async def _sessions(messages: int, warmup: int) -> tuple[float, str]:
     return time.process_time() - started, str(session_module.__file__)
 
 
+async def _handoffs(messages: int, warmup: int) -> float:
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[object] = loop.create_future()
+    done.set_result(None)
+    hooks = KnownRecipient(bench_recipient(), done)
+    recipients = [bench_recipient()]
+    body = bytearray(build_message(4096, sender=SENDER, recipient=RECIPIENT))
+    tasks: set[asyncio.Task[None]] = set()
+    transport = SinkTransport()
+
+    async def deliver(raw: bytearray) -> None:
+        await hooks.deliver(sender=SENDER, recipients=recipients, envelope=[RECIPIENT], raw=raw, client=("", None))
+        transport.write(b"250 2.0.0 OK: queued as 0123456789abcdef\r\n")
+
+    def on_message(raw: bytearray) -> None:
+        # What a native front end would call once DATA has ended, from the event loop.
+        task = loop.create_task(deliver(raw))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    async def one() -> None:
+        on_message(bytearray(body))
+        while tasks:
+            await asyncio.sleep(0)
+
+    for _ in range(warmup):
+        await one()
+    started = time.process_time()
+    for _ in range(messages):
+        await one()
+    return time.process_time() - started
+
+
+def measure_handoff(messages: int, warmup: int) -> dict[str, object]:
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        seconds = runner.run(_handoffs(messages, warmup))
+    return {"step": "handoff", "messages": messages, "us_per_msg": seconds / messages * 1e6, "module": __file__}
+
+
 def measure_session(messages: int, warmup: int, log_level: str = "info") -> dict[str, object]:
     quiet_logs(log_level)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -297,13 +339,15 @@ def measure_native_summary(messages: int, warmup: int) -> dict[str, object]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.compiled.steps")
-    parser.add_argument("step", choices=["session", "summary", "summary-native"])
+    parser.add_argument("step", choices=["session", "handoff", "summary", "summary-native"])
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--log-level", default="info", help="session: the level logging is configured at")
     args = parser.parse_args(argv)
     if args.step == "session":
         result = measure_session(args.messages, args.warmup, args.log_level)
+    elif args.step == "handoff":
+        result = measure_handoff(args.messages, args.warmup)
     elif args.step == "summary-native":
         result = measure_native_summary(args.messages, args.warmup)
     else:
