@@ -50,7 +50,7 @@ def test_the_build_rewrites_still_apply(tmp_path: Path) -> None:
     assert "\\ud800" not in decoding.read_text()
 
 
-@pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="no C compiler")
+# No skip without a C compiler: gcc is on every machine this suite runs on, and a missing one must fail.
 def test_the_c_receiver_takes_a_message(tmp_path: Path) -> None:
     binary = build.c_receiver(tmp_path)
     log = tmp_path / "receiver.log"
