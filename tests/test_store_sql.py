@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from inboxd.store.db import Database, Tx
-from inboxd.store.sql import Shapes, Statement, one_of
+from inboxd.store.sql import Shapes, Statement, one_of, upsert
 from tests.test_store_writer import fresh_store
 
 t = sa.table("t", sa.column("v", sa.Text))
@@ -107,3 +107,20 @@ def test_shapes_build_each_key_once_and_keep_a_bounded_number() -> None:
     shapes(3)  # evicts 1, the least recently used
     shapes(1)
     assert built == [1, 2, 3, 1]
+
+
+async def test_upsert_updates_or_leaves_the_row(db: Database) -> None:
+    pairs = sa.table("pairs", sa.column("k", sa.Text), sa.column("n", sa.Integer))
+    table = sa.Table("pairs", sa.MetaData(), sa.Column("k", sa.Text, primary_key=True), sa.Column("n", sa.Integer))
+    create = "CREATE TABLE pairs (k TEXT PRIMARY KEY, n INTEGER)"
+    await db.write(lambda tx: tx.execute(create))
+    replace = upsert(table, keys=["k"], update=["n"])
+    keep = upsert(table, keys=["k"])
+    read = Statement(sa.select(pairs.c.n).where(pairs.c.k == sa.bindparam("k")))
+    await db.write(lambda tx: tx.execute(replace, k="a", n=1))
+    await db.write(lambda tx: tx.execute(replace, k="a", n=2))
+    assert await db.read(lambda tx: tx.fetchval(read, k="a")) == 2
+    await db.write(lambda tx: tx.execute(keep, k="a", n=3))
+    await db.write(lambda tx: tx.execute(keep, k="b", n=4))
+    assert await db.read(lambda tx: tx.fetchval(read, k="a")) == 2
+    assert await db.read(lambda tx: tx.fetchval(read, k="b")) == 4

@@ -19,9 +19,9 @@ The rules:
 - Constants written in a construct (`m.c.deleted == 0`, `.limit(30)`) are compiled into the SQL
   text as literals, as a hand-written query would hold them: PostgreSQL's plans see them
   (partial indexes), and they are code, never data. Data is always a named parameter.
-- A dialect difference is a Core construct that compiles per dialect (`one_of`, the upserts
-  of `sqlalchemy.dialects.*.insert`), or `Statement(sqlite=..., postgresql=...)` with one
-  construct per dialect; they live in `store/` only.
+- A dialect difference is a Core construct that compiles per dialect (`one_of`), or
+  `Statement(sqlite=..., postgresql=...)` with one construct per dialect (`upsert` builds
+  `ON CONFLICT` so, with each dialect's own `insert`); they live in `store/` only.
 - A statement whose shape varies (optional filters) comes from a `Shapes`: one `Statement` per
   shape, keyed by what the caller says decides the shape, in a cache of bounded size.
 - `Statement(..., replan=True)`: PostgreSQL plans it for its parameters at every call (a
@@ -35,20 +35,22 @@ name (the column name, or its `.label()`).
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
 import msgspec
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.postgresql.base import PGCompiler, PGDialect
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.dialects.sqlite.base import SQLiteCompiler, SQLiteDialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter, ClauseElement, ColumnElement
 
-__all__ = ["Compiled", "Shapes", "Statement", "one_of", "param", "values_of"]
+__all__ = ["Compiled", "Shapes", "Statement", "one_of", "param", "upsert", "values_of"]
 
 K = TypeVar("K", bound=Hashable)
 DIALECTS = ("sqlite", "postgresql")
@@ -216,6 +218,29 @@ def values_of(table: sa.Table, *names: str) -> dict[str, BindParameter[Any]]:
     parameter of the column's name."""
     columns = [table.c[n] for n in names] if names else list(table.c)
     return {c.key: sa.bindparam(c.key, type_=c.type) for c in columns}
+
+
+def upsert(
+    table: sa.Table,
+    *,
+    keys: Sequence[str],
+    update: Sequence[str] = (),
+    values: Mapping[str, Any] | None = None,
+) -> Statement:
+    """INSERT of `values` (by default `values_of(table)`, a parameter per column) that, when a
+    row with the same `keys` exists, sets its `update` columns to the ones given instead (or
+    does nothing when `update` is empty): `ON CONFLICT`, built by each dialect's own `insert`."""
+    forms: dict[str, Any] = {}
+    for dialect, insert in (("sqlite", sqlite_insert), ("postgresql", postgresql_insert)):
+        statement = insert(table).values(values_of(table) if values is None else dict(values))
+        if update:
+            statement = statement.on_conflict_do_update(
+                index_elements=list(keys), set_={c: statement.excluded[c] for c in update}
+            )
+        else:
+            statement = statement.on_conflict_do_nothing(index_elements=list(keys))
+        forms[dialect] = statement
+    return Statement(sqlite=forms["sqlite"], postgresql=forms["postgresql"])
 
 
 class _OneOf(ColumnElement[bool]):
