@@ -42,6 +42,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.postgresql.base import PGCompiler, PGDialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -50,7 +51,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter, ClauseElement, ColumnElement
 
-__all__ = ["Compiled", "Shapes", "Statement", "one_of", "param", "upsert", "values_of"]
+__all__ = ["Compiled", "Shapes", "Statement", "arrays", "one_of", "param", "upsert", "values_of"]
 
 K = TypeVar("K", bound=Hashable)
 DIALECTS = ("sqlite", "postgresql")
@@ -241,6 +242,13 @@ def upsert(
             statement = statement.on_conflict_do_nothing(index_elements=list(keys))
         forms[dialect] = statement
     return Statement(sqlite=forms["sqlite"], postgresql=forms["postgresql"])
+
+
+def arrays(name: str, **columns: type[sa.types.TypeEngine[Any]]) -> Any:
+    """PostgreSQL: `unnest` of one array parameter per column (each named `<name>_<column>`), as
+    a table `name` of those columns: a batch of rows passed to one statement."""
+    casts = [sa.cast(sa.bindparam(f"{name}_{c}"), ARRAY(kind)) for c, kind in columns.items()]
+    return sa.func.unnest(*casts).table_valued(*columns).render_derived(name=name)
 
 
 class _OneOf(ColumnElement[bool]):
