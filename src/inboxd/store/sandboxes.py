@@ -9,7 +9,6 @@ from inboxd.store import mailboxes as mailbox_store
 from inboxd.store import messages as message_store
 from inboxd.store import search
 from inboxd.store.db import Row, Tx
-from inboxd.store.messages import COLUMNS as MESSAGE_COLUMNS
 from inboxd.store.messages import PAGE_SIZE, summary_from
 
 _decode_envelope = msgspec.json.Decoder(list[str]).decode
@@ -53,27 +52,16 @@ async def insert(tx: Tx, *, user_id: str, username: str, mailbox: Mailbox, auth_
 
 
 def _message(row: Row) -> SandboxMessage:
-    envelope = row[len(_COLUMN_LIST)]
+    envelope = row[len(message_store.SUMMARY)]
     return SandboxMessage(summary=summary_from(row), recipients=tuple(_decode_envelope(envelope)) if envelope else ())
-
-
-_COLUMN_LIST = MESSAGE_COLUMNS.split(",")
 
 
 async def page(
     tx: Tx, mailbox_id: str, *, page: int, now: float, flt: MessageFilter = NO_FILTER, scan_rows: int = 0
 ) -> list[SandboxMessage]:
-    q = await search.query(tx, mailbox_id, flt, scan_rows=scan_rows)
-    where = " AND ".join([*q.where, "m.mailbox_id = ?", "m.deleted = 0", "m.expires_at > ?"])
-    columns = ", ".join(f"m.{c.strip()}" for c in _COLUMN_LIST)
-    rows = await tx.fetch(
-        f"SELECT {columns}, m.envelope FROM {q.source} WHERE {where} ORDER BY {q.order} LIMIT {PAGE_SIZE} OFFSET ?",
-        *q.args,
-        mailbox_id,
-        now,
-        (page - 1) * PAGE_SIZE,
+    rows = await message_store.page_rows(
+        tx, mailbox_id, page=page, now=now, flt=flt, size=PAGE_SIZE, scan_rows=scan_rows, envelope=True
     )
-    await search.check_bound(tx, mailbox_id, flt, q, found=len(rows), size=PAGE_SIZE)
     return [_message(r) for r in rows]
 
 

@@ -2,7 +2,7 @@
 
 Every query of the hot path is a `Statement`: a Core construct (`select()`, `insert()`, …) over
 the tables of `store/schema.py`, compiled on first use for each dialect it runs on (SQLite's
-named `:name` style, PostgreSQL's `$n` for asyncpg) and kept. Running one costs what the raw
+`?`, PostgreSQL's `$n` for asyncpg) and kept. Running one costs what the raw
 driver costs: the compiled text and the parameters go to `sqlite3` or asyncpg as they are; no
 SQL text is built, rewritten or compiled per call.
 
@@ -42,6 +42,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.postgresql.base import PGCompiler, PGDialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -50,7 +51,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter, ClauseElement, ColumnElement
 
-__all__ = ["Compiled", "Shapes", "Statement", "one_of", "param", "upsert", "values_of"]
+__all__ = ["Compiled", "Shapes", "Statement", "arrays", "one_of", "param", "upsert", "values_of"]
 
 K = TypeVar("K", bound=Hashable)
 DIALECTS = ("sqlite", "postgresql")
@@ -76,8 +77,9 @@ class _PgCompiler(_Constants, PGCompiler):
 
 def _dialects() -> dict[str, sa.engine.Dialect]:
     """The dialects statements compile for: no driver behind them, only the SQL and the
-    parameter style the drivers take (`sqlite3`'s `:name`, asyncpg's `$n`)."""
-    sqlite = SQLiteDialect(paramstyle="named")
+    parameter style the drivers take (`sqlite3`'s `?`, asyncpg's `$n`). Both are positional:
+    `sqlite3` binds a tuple faster than it looks names up in a mapping."""
+    sqlite = SQLiteDialect(paramstyle="qmark")
     sqlite.statement_compiler = _SqliteCompiler
     postgresql = PGDialect(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
     postgresql.statement_compiler = _PgCompiler
@@ -110,9 +112,10 @@ class Compiled:
     """A statement's SQL for one dialect and how its named parameters become the driver's."""
 
     sql: str
-    # The parameter names in the order of `$1…$n` (PostgreSQL); SQLite takes them by name.
+    # The parameter names in the order of the `?` (SQLite: a name used twice is there twice) or
+    # of `$1…$n` (PostgreSQL).
     names: tuple[str, ...]
-    # Named parameters → what the driver takes: the mapping itself (SQLite), a tuple (PostgreSQL).
+    # Named parameters → the tuple the driver takes (an `operator.itemgetter` of `names`).
     args: Callable[[Mapping[str, Any]], Any]
 
 
@@ -120,23 +123,21 @@ def _compile(construct: ClauseElement, dialect: str) -> Compiled:
     compiled = construct.compile(dialect=_DIALECTS[dialect])
     assert isinstance(compiled, SQLCompiler)
     binds = {b.key: b for b in compiled.binds.values() if b.required}
-    names = tuple(binds) if dialect == "sqlite" else tuple(dict.fromkeys(compiled.positiontup or ()))
+    # SQLite's `?` are one per use of a parameter; PostgreSQL's `$n` one per parameter.
+    used = compiled.positiontup or ()
+    names = tuple(used) if dialect == "sqlite" else tuple(dict.fromkeys(used))
     converters = {
         name: convert
         for name, bind in binds.items()
         for kind, convert in _CONVERTERS[dialect].items()
         if isinstance(bind.type, kind)
     }
-    return Compiled(compiled.string, names, _args_maker(dialect, names, converters))
+    return Compiled(compiled.string, names, _args_maker(names, converters))
 
 
 def _args_maker(
-    dialect: str, names: tuple[str, ...], converters: dict[str, Callable[[Any], Any]]
+    names: tuple[str, ...], converters: dict[str, Callable[[Any], Any]]
 ) -> Callable[[Mapping[str, Any]], Any]:
-    if dialect == "sqlite":
-        if not converters:
-            return _same
-        return lambda params: {**params, **{n: c(params[n]) for n, c in converters.items()}}
     take: Callable[[Mapping[str, Any]], Any]
     if not names:
         take = _nothing
@@ -148,10 +149,6 @@ def _args_maker(
     if not converters:
         return take
     return lambda params: take({**params, **{n: c(params[n]) for n, c in converters.items()}})
-
-
-def _same(params: Mapping[str, Any]) -> Mapping[str, Any]:
-    return params
 
 
 def _nothing(params: Mapping[str, Any]) -> tuple[()]:
@@ -241,6 +238,13 @@ def upsert(
             statement = statement.on_conflict_do_nothing(index_elements=list(keys))
         forms[dialect] = statement
     return Statement(sqlite=forms["sqlite"], postgresql=forms["postgresql"])
+
+
+def arrays(name: str, **columns: type[sa.types.TypeEngine[Any]]) -> Any:
+    """PostgreSQL: `unnest` of one array parameter per column (each named `<name>_<column>`), as
+    a table `name` of those columns: a batch of rows passed to one statement."""
+    casts = [sa.cast(sa.bindparam(f"{name}_{c}"), ARRAY(kind)) for c, kind in columns.items()]
+    return sa.func.unnest(*casts).table_valued(*columns).render_derived(name=name)
 
 
 class _OneOf(ColumnElement[bool]):

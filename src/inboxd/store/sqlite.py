@@ -31,8 +31,8 @@ class _SqliteTx:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
 
-    # A `Statement`'s SQLite text takes its parameters by name: the mapping goes to `sqlite3` as
-    # it is (a list parameter is first made JSON, `store/sql.py`). A string takes `args` for its `?`.
+    # A `Statement`'s named parameters become the tuple of its `?` (`Compiled.args`, which also
+    # makes a list parameter JSON, `store/sql.py`). A string takes `args` for its `?`.
 
     async def fetch(self, sql: Statement | str, /, *args: Any, **params: Any) -> list[Row]:
         if isinstance(sql, Statement):
