@@ -52,16 +52,9 @@ def active_hooks(users_param: str) -> sa.Select[Any]:
 
 ACTIVE_OF_USERS = Statement(active_hooks("users"))
 
-# The same as SQL text with `{users}` a condition on `w.user_id`, for `messages.insert_charged`
-# until that module is written with `active_hooks` (branch wt-ql); it goes then.
-ACTIVE_FOR_USERS = (
-    "SELECT w.id, w.user_id, w.events FROM webhooks w JOIN users u ON u.id = w.user_id "
-    "WHERE w.status = 'active' AND u.plan = 'pro' AND u.status = 'active' AND w.user_id {users}"
-)
-
 
 def subscribed(rows: Sequence[Row], event_type: str) -> dict[str, list[str]]:
-    """Rows of `ACTIVE_FOR_USERS` subscribed to `event_type`: their ids by user."""
+    """Rows of `active_hooks` subscribed to `event_type`: their ids by user."""
     found: dict[str, list[str]] = {}
     quoted = f'"{event_type}"'
     for row in rows:
