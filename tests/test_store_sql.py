@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from inboxd.store.db import Database, Tx
 from inboxd.store.sql import Shapes, Statement, one_of, upsert
+from tests.conftest import Harness
 from tests.test_store_writer import fresh_store
 
 t = sa.table("t", sa.column("v", sa.Text))
@@ -125,3 +128,34 @@ async def test_upsert_updates_or_leaves_the_row(db: Database) -> None:
     await db.write(lambda tx: tx.execute(keep, k="b", n=4))
     assert await db.read(lambda tx: tx.fetchval(read, k="a")) == 2
     assert await db.read(lambda tx: tx.fetchval(read, k="b")) == 4
+
+
+async def test_the_list_and_message_routes_compile_nothing_once_warm(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After their first use, a list page, a filtered one, a message and a delivery run their
+    compiled text: SQLAlchemy's compiler is not called again."""
+    box = await harness.new_mailbox()
+    await harness.send(box["address"])
+    base = f"/api/accounts/{box['id']}/messages"
+
+    async def use() -> None:
+        listing = await harness.http.get(base, headers=harness.auth())
+        assert listing.status_code == 200
+        first = listing.json()["messages"][0]["id"]
+        assert (await harness.http.get(f"{base}/{first}", headers=harness.auth())).status_code == 200
+        filtered = await harness.http.get(base, params={"subject": "hello", "unread": "true"}, headers=harness.auth())
+        assert filtered.status_code == 200
+        await harness.send(box["address"])
+
+    await use()
+    compilations: list[object] = []
+    original = SQLCompiler.__init__
+
+    def counted(self: SQLCompiler, *args: Any, **kwargs: Any) -> None:
+        compilations.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SQLCompiler, "__init__", counted)
+    await use()
+    assert compilations == []

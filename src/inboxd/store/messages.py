@@ -437,6 +437,11 @@ def _live_unread_of(mailbox: sa.ColumnElement[bool]) -> list[sa.ColumnElement[bo
 
 _MARK_READ = Statement(
     sa.update(messages)
+    .where(*_live_unread_of(messages.c.mailbox_id == sa.bindparam("mailbox")), messages.c.id == sa.bindparam("id"))
+    .values(is_read=1)
+)
+_MARK_MANY_READ = Statement(
+    postgresql=sa.update(messages)
     .where(*_live_unread_of(messages.c.mailbox_id == sa.bindparam("mailbox")), one_of(messages.c.id, "ids"))
     .values(is_read=1)
 )
@@ -449,7 +454,14 @@ async def mark_read(tx: Tx, mailbox_id: str, message_ids: Sequence[str], *, now:
     """Mark unread live messages read; returns how many changed."""
     if not message_ids:
         return 0
-    return await tx.execute(_MARK_READ, mailbox=mailbox_id, now=now, ids=message_ids)
+    if tx.dialect == "postgresql" and len(message_ids) > 1:
+        return await tx.execute(_MARK_MANY_READ, mailbox=mailbox_id, now=now, ids=message_ids)
+    # One by one on SQLite (no round trips): each is a key lookup, where SQLite's planner, not
+    # knowing how long a `json_each` list is, would walk the mailbox's list index instead.
+    changed = 0
+    for message_id in dict.fromkeys(message_ids):
+        changed += await tx.execute(_MARK_READ, mailbox=mailbox_id, now=now, id=message_id)
+    return changed
 
 
 async def mark_all_read(tx: Tx, mailbox_id: str, *, now: float) -> int:

@@ -12,6 +12,12 @@ folded in Python for non-ASCII on SQLite, no index answers them) read at most th
 once, by the list index, and bounds the read by it; a page it leaves short while older messages
 exist raises `FilterTooBroad` (`check_bound`) rather than answer as if nothing more matched.
 
+A filtered list is a `Shape` (which filters are present, how the full text is read) and its
+parameters: `query` finds both, `page_parts` makes the Core FROM, WHERE and ORDER BY of a shape,
+and `store/messages.py` keeps one compiled statement per shape. Where the two databases differ:
+`_contains` (case folding), `_words_match` (FTS5's MATCH, the tsvector's `@@`) and the
+`message_fts` statements, which exist on SQLite only.
+
 A message is indexed once (`messages.indexed` goes 0 → 1 in the same transaction that writes
 its row); deleting or purging a message takes its row out of the index.
 """
