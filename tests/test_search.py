@@ -17,6 +17,8 @@ import psycopg
 import pytest
 
 from inboxd.app import Inboxd
+from inboxd.store import messages as message_store
+from inboxd.store import search
 from tests.conftest import PG_URL, Harness, simple_message
 
 
@@ -127,6 +129,34 @@ async def test_each_filter_alone_and_combined(harness: Harness) -> None:
     # Combined.
     assert await subjects(q="verify", unread="true", has_attachments="false", subject="digest") == {"Weekly digest"}
     assert await subjects(q="invoice", has_attachments="false") == set()
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+async def test_many_matches_walk_the_mailbox_with_the_same_answers(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL reads a mailbox with more than `FEW_MATCHES` matches newest first, testing each
+    row against the tsquery, rather than from the matches: the same messages either way."""
+    box = await harness.new_mailbox()
+    await asyncio.to_thread(send_many, harness.server.smtp_port, box["address"], corpus())
+    await indexed(harness, box, 5)
+    queries: list[dict[str, str]] = [
+        {"q": "verify"},
+        {"q": "verif*"},
+        {"q": "VERIFY code"},
+        {"q": "verify nothing-such"},
+        {"q": "verify", "unread": "true", "has_attachments": "false", "subject": "digest"},
+        {"q": "invoice", "has_attachments": "true", "from": "billing"},
+        {"q": "it's"},
+    ]
+    from_hits = [set(await listed(harness, box, **params)) for params in queries]
+    monkeypatch.setattr(search, "FEW_MATCHES", 1)
+    walked = [set(await listed(harness, box, **params)) for params in queries]
+    assert walked == from_hits
+    assert from_hits[0] == {"Verify your account", "Weekly digest"}
+    assert from_hits[5] == {"Invoice November"}
+    walk = message_store._PAGES((search.Shape(words="walk"), 30, False))
+    assert walk.replan and walk.compilations == 1
 
 
 async def test_time_bounds_and_pages(harness: Harness) -> None:

@@ -277,18 +277,10 @@ async def _store(
 ) -> int:
     """The ingest transaction: the copies, their quota charge and their webhook jobs."""
     users = sorted({e.user_id for e in events})
-    if tx.dialect == "postgresql":  # the same in one round trip
-        rows = await message_store.insert_charged(tx, items, hook_users=users)
-        if rows is None:
-            raise await _refusal_at_commit(tx, items)
-        hooks = webhook_store.subscribed(rows, EMAIL_RECEIVED)
-    else:
-        for item in items:
-            if not await message_store.charge(tx, item.summary.mailbox_id, item.summary.size):
-                # One full mailbox refuses the message for all: SMTP has one reply to DATA.
-                raise await _refusal_at_commit(tx, items)
-        await message_store.insert_many(tx, items)
-        hooks = await webhook_store.active_ids_for_users(tx, users, EMAIL_RECEIVED)
+    hooks = await message_store.insert_charged(tx, items, hook_users=users, event_type=EMAIL_RECEIVED)
+    if hooks is None:
+        # One full mailbox refuses the message for all: SMTP has one reply to DATA.
+        raise await _refusal_at_commit(tx, items)
     jobs = []
     for event in events:
         for webhook_id in hooks.get(event.user_id, ()):

@@ -2,10 +2,42 @@
 
 from __future__ import annotations
 
+import sqlalchemy as sa
+
 from inboxd.model import CustomDomain
 from inboxd.store.db import Row, Tx
+from inboxd.store.schema import custom_domains
+from inboxd.store.sql import Statement, param, values_of
 
-COLUMNS = "id, user_id, domain, verify_status, verify_token, verified_at, mx_configured, created_at"
+_c = custom_domains.c
+_by_id = _c.id == param(_c.id)
+_of_user = _c.user_id == param(_c.user_id)
+
+BY_NAME = Statement(sa.select(custom_domains).where(_c.domain == param(_c.domain)))
+GET_FOR_USER = Statement(sa.select(custom_domains).where(_by_id, _of_user))
+INSERT = Statement(
+    sa.insert(custom_domains).values(
+        values_of(
+            custom_domains,
+            "id",
+            "user_id",
+            "domain",
+            "verify_status",
+            "verify_token",
+            "verified_at",
+            "mx_configured",
+            "created_at",
+        )
+    )
+)
+OF_USER = Statement(sa.select(custom_domains).where(_of_user).order_by(_c.created_at.desc(), _c.id.desc()))
+COUNT_OF_USER = Statement(sa.select(sa.func.count()).select_from(custom_domains).where(_of_user))
+MARK_VERIFIED = Statement(
+    sa.update(custom_domains)
+    .where(_by_id, _c.verify_status == "pending")
+    .values(verify_status="verified", verified_at=param(_c.verified_at), mx_configured=1)
+)
+DELETE = Statement(sa.delete(custom_domains).where(_by_id))
 
 
 def domain_from(row: Row) -> CustomDomain:
@@ -22,55 +54,43 @@ def domain_from(row: Row) -> CustomDomain:
 
 
 async def get_by_name(tx: Tx, domain: str) -> CustomDomain | None:
-    row = await tx.fetchrow(f"SELECT {COLUMNS} FROM custom_domains WHERE domain = ?", domain)
+    row = await tx.fetchrow(BY_NAME, domain=domain)
     return None if row is None else domain_from(row)
 
 
-async def get(tx: Tx, domain_id: str) -> CustomDomain | None:
-    row = await tx.fetchrow(f"SELECT {COLUMNS} FROM custom_domains WHERE id = ?", domain_id)
+async def get_for_user(tx: Tx, domain_id: str, user_id: str) -> CustomDomain | None:
+    """The user's domain `domain_id`; None when the user has no such domain."""
+    row = await tx.fetchrow(GET_FOR_USER, id=domain_id, user_id=user_id)
     return None if row is None else domain_from(row)
 
 
 async def insert(tx: Tx, domain: CustomDomain) -> None:
     await tx.execute(
-        f"INSERT INTO custom_domains ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        domain.id,
-        domain.user_id,
-        domain.domain,
-        domain.verify_status,
-        domain.verify_token,
-        domain.verified_at,
-        int(domain.mx_configured),
-        domain.created_at,
+        INSERT,
+        id=domain.id,
+        user_id=domain.user_id,
+        domain=domain.domain,
+        verify_status=domain.verify_status,
+        verify_token=domain.verify_token,
+        verified_at=domain.verified_at,
+        mx_configured=int(domain.mx_configured),
+        created_at=domain.created_at,
     )
 
 
 async def list_for_user(tx: Tx, user_id: str) -> list[CustomDomain]:
-    rows = await tx.fetch(
-        f"SELECT {COLUMNS} FROM custom_domains WHERE user_id = ? ORDER BY created_at DESC, id DESC", user_id
-    )
+    rows = await tx.fetch(OF_USER, user_id=user_id)
     return [domain_from(r) for r in rows]
 
 
 async def count_for_user(tx: Tx, user_id: str) -> int:
-    return int(await tx.fetchval("SELECT COUNT(*) FROM custom_domains WHERE user_id = ?", user_id))
+    return int(await tx.fetchval(COUNT_OF_USER, user_id=user_id))
 
 
 async def mark_verified(tx: Tx, domain_id: str, *, now: float) -> None:
-    await tx.execute(
-        "UPDATE custom_domains SET verify_status = 'verified', verified_at = ?, mx_configured = 1 "
-        "WHERE id = ? AND verify_status = 'pending'",
-        now,
-        domain_id,
-    )
+    await tx.execute(MARK_VERIFIED, verified_at=now, id=domain_id)
 
 
 async def delete(tx: Tx, domain_id: str) -> None:
     """Removes the domain; its mailboxes stay, and the recipient lookup finds them no longer live."""
-    await tx.execute("DELETE FROM custom_domains WHERE id = ?", domain_id)
-
-
-async def get_for_user(tx: Tx, domain_id: str, user_id: str) -> CustomDomain | None:
-    """The user's domain `domain_id`; None when the user has no such domain."""
-    row = await tx.fetchrow(f"SELECT {COLUMNS} FROM custom_domains WHERE id = ? AND user_id = ?", domain_id, user_id)
-    return None if row is None else domain_from(row)
+    await tx.execute(DELETE, id=domain_id)

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+import sqlalchemy as sa
+
 from inboxd.model import MessageSummary
 from inboxd.store.db import Tx
-from inboxd.store.messages import summary_from
+from inboxd.store.messages import SUMMARY, summary_from
+from inboxd.store.schema import message_sources, messages
+from inboxd.store.sql import Statement, param
 
-_COLUMNS = (
-    "m.id, m.mailbox_id, m.sender, m.from_header, m.subject, m.preview_text, m.size, m.is_read, m.created_at, "
-    "m.expires_at, s.raw"
+_m, _s = messages.alias("m"), message_sources.alias("s")
+_since = param(_m.c.created_at, "since")
+
+# The summary's columns (read by position, `summary_from`), then the raw bytes.
+BATCH = Statement(
+    sa.select(*(_m.c[name] for name in SUMMARY), _s.c.raw)
+    .select_from(_m.join(_s, _s.c.id == _m.c.source_id))
+    .where(
+        _m.c.mailbox_id == sa.bindparam("mailbox"),
+        _m.c.deleted == 0,
+        _m.c.expires_at > sa.bindparam("now"),
+        sa.or_(_m.c.created_at > _since, sa.and_(_m.c.created_at == _since, _m.c.id > sa.bindparam("last_id"))),
+    )
+    .order_by(_m.c.created_at, _m.c.id)
+    .limit(sa.bindparam("limit"))
 )
 
 
@@ -18,15 +34,5 @@ async def batch(
     """The next `limit` live messages after `after` (created_at, id), by keyset: a message that
     arrives meanwhile is taken or not, but none is skipped or repeated."""
     since, last_id = after if after is not None else (float("-inf"), "")
-    rows = await tx.fetch(
-        f"SELECT {_COLUMNS} FROM messages m JOIN message_sources s ON s.id = m.source_id "
-        "WHERE m.mailbox_id = ? AND m.deleted = 0 AND m.expires_at > ? "
-        "AND (m.created_at > ? OR (m.created_at = ? AND m.id > ?)) "
-        f"ORDER BY m.created_at, m.id LIMIT {int(limit)}",
-        mailbox_id,
-        now,
-        since,
-        since,
-        last_id,
-    )
-    return [(summary_from(r), bytes(r[10])) for r in rows]
+    rows = await tx.fetch(BATCH, mailbox=mailbox_id, now=now, since=since, last_id=last_id, limit=limit)
+    return [(summary_from(r), bytes(r[len(SUMMARY)])) for r in rows]

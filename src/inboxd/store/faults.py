@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import msgspec
+import sqlalchemy as sa
 
 from inboxd.model import FaultSet, Rule
 from inboxd.store.db import Tx
+from inboxd.store.schema import mailbox_faults
+from inboxd.store.sql import Statement, param, values_of
 
 _decode_rules = msgspec.json.Decoder(list[Rule]).decode
+_of_mailbox = mailbox_faults.c.mailbox_id == param(mailbox_faults.c.mailbox_id)
+
+DELETE = Statement(sa.delete(mailbox_faults).where(_of_mailbox))
+INSERT = Statement(sa.insert(mailbox_faults).values(values_of(mailbox_faults)))
+GET = Statement(sa.select(mailbox_faults.c.version, mailbox_faults.c.rules).where(_of_mailbox))
 
 
 def fault_set(mailbox_id: str, version: str, rules_json: str | bytes) -> FaultSet:
@@ -17,20 +25,14 @@ def fault_set(mailbox_id: str, version: str, rules_json: str | bytes) -> FaultSe
 
 
 async def put(tx: Tx, *, mailbox_id: str, version: str, rules: str, now: float) -> None:
-    await tx.execute("DELETE FROM mailbox_faults WHERE mailbox_id = ?", mailbox_id)
-    await tx.execute(
-        "INSERT INTO mailbox_faults (mailbox_id, version, rules, created_at) VALUES (?, ?, ?, ?)",
-        mailbox_id,
-        version,
-        rules,
-        now,
-    )
+    await tx.execute(DELETE, mailbox_id=mailbox_id)
+    await tx.execute(INSERT, mailbox_id=mailbox_id, version=version, rules=rules, created_at=now)
 
 
 async def get(tx: Tx, *, mailbox_id: str) -> FaultSet | None:
-    row = await tx.fetchrow("SELECT version, rules FROM mailbox_faults WHERE mailbox_id = ?", mailbox_id)
+    row = await tx.fetchrow(GET, mailbox_id=mailbox_id)
     return None if row is None else fault_set(mailbox_id, row["version"], row["rules"])
 
 
 async def delete(tx: Tx, *, mailbox_id: str) -> None:
-    await tx.execute("DELETE FROM mailbox_faults WHERE mailbox_id = ?", mailbox_id)
+    await tx.execute(DELETE, mailbox_id=mailbox_id)

@@ -4,20 +4,49 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
+import sqlalchemy as sa
 
 from inboxd.model import NO_FILTER, MessageFilter, MessageSummary
 from inboxd.store import search
 from inboxd.store import webhooks as webhook_store
 from inboxd.store.db import Row, Tx
+from inboxd.store.schema import (
+    mailboxes,
+    message_checks,
+    message_details,
+    message_sources,
+    message_tags,
+    messages,
+    users,
+    webhooks,
+)
+from inboxd.store.sql import Shapes, Statement, arrays, one_of, upsert, values_of
 
-COLUMNS = "id, mailbox_id, sender, from_header, subject, preview_text, size, is_read, created_at, expires_at, tags"
+# The columns of a summary, in the order `summary_from` reads them by position.
+SUMMARY = (
+    "id",
+    "mailbox_id",
+    "sender",
+    "from_header",
+    "subject",
+    "preview_text",
+    "size",
+    "is_read",
+    "created_at",
+    "expires_at",
+    "tags",
+)
+# SUMMARY as SQL, for the modules whose queries are still SQL strings (store/sandboxes.py); it
+# goes when they are `Statement`s.
+COLUMNS = ", ".join(SUMMARY)
 PAGE_SIZE = 30
 
 
 def summary_from(row: Row) -> MessageSummary:
-    # By position (the order of COLUMNS): name lookups on a row cost more than the query here.
+    # By position (the order of SUMMARY): name lookups on a row cost more than the query here.
     return MessageSummary(
         row[0], row[1], row[2], row[3], row[4], row[5], row[6], bool(row[7]), row[8], row[9], _tags(row[10])
     )
@@ -28,9 +57,13 @@ def _tags(column: str | None) -> tuple[str, ...]:
     return tuple(column.split()) if column else ()
 
 
-def _tag_rows(items: Sequence[MessageSummary]) -> list[tuple[str, str, str, float]]:
-    """The `message_tags` rows of new copies: (message_id, tag, mailbox_id, created_at)."""
-    return [(m.id, tag, m.mailbox_id, m.created_at) for m in items for tag in m.tags]
+def _tag_rows(items: Sequence[MessageSummary]) -> list[dict[str, Any]]:
+    """The `message_tags` rows of new copies."""
+    return [
+        {"message_id": m.id, "tag": tag, "mailbox_id": m.mailbox_id, "created_at": m.created_at}
+        for m in items
+        for tag in m.tags
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +80,17 @@ class NewMessage:
     helo: str | None = None
 
 
+def _summary_columns(table: Any) -> list[sa.ColumnElement[Any]]:
+    return [table.c[name] for name in SUMMARY]
+
+
+_INSERT_SOURCES = Statement(
+    sa.insert(message_sources).values(values_of(message_sources, "id", "raw", "refs", "client_ip", "helo"))
+)
+_INSERT_COPIES = Statement(sa.insert(messages).values(values_of(messages, *SUMMARY, "source_id", "envelope")))
+INSERT_TAG = Statement(sa.insert(message_tags).values(values_of(message_tags)))
+
+
 async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
     """Insert stored copies (their sizes are charged by `charge`), each source once."""
     refs: dict[str, int] = {}
@@ -55,30 +99,36 @@ async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
         refs[m.source_id] = refs.get(m.source_id, 0) + 1
         firsts.setdefault(m.source_id, m)
     await tx.executemany(
-        "INSERT INTO message_sources (id, raw, refs, client_ip, helo) VALUES (?, ?, ?, ?, ?)",
+        _INSERT_SOURCES,
         [
-            (source_id, firsts[source_id].raw_compressed, count, firsts[source_id].client_ip, firsts[source_id].helo)
+            {
+                "id": source_id,
+                "raw": firsts[source_id].raw_compressed,
+                "refs": count,
+                "client_ip": firsts[source_id].client_ip,
+                "helo": firsts[source_id].helo,
+            }
             for source_id, count in refs.items()
         ],
     )
     await tx.executemany(
-        f"INSERT INTO messages ({COLUMNS}, source_id, envelope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        _INSERT_COPIES,
         [
-            (
-                m.summary.id,
-                m.summary.mailbox_id,
-                m.summary.sender,
-                m.summary.from_,
-                m.summary.subject,
-                m.summary.preview_text,
-                m.summary.size,
-                0,
-                m.summary.created_at,
-                m.summary.expires_at,
-                " ".join(m.summary.tags),
-                m.source_id,
-                m.envelope,
-            )
+            {
+                "id": m.summary.id,
+                "mailbox_id": m.summary.mailbox_id,
+                "sender": m.summary.sender,
+                "from_header": m.summary.from_,
+                "subject": m.summary.subject,
+                "preview_text": m.summary.preview_text,
+                "size": m.summary.size,
+                "is_read": 0,
+                "created_at": m.summary.created_at,
+                "expires_at": m.summary.expires_at,
+                "tags": " ".join(m.summary.tags),
+                "source_id": m.source_id,
+                "envelope": m.envelope,
+            }
             for m in items
         ],
     )
@@ -87,44 +137,94 @@ async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
         await tx.executemany(INSERT_TAG, tagged)
 
 
-INSERT_TAG = "INSERT INTO message_tags (message_id, tag, mailbox_id, created_at) VALUES (?, ?, ?, ?)"
+def _insert_charged() -> sa.Select[Any]:
+    """PostgreSQL's ingest in one statement (one round trip instead of four): charge each
+    mailbox, insert the sources, the copies and their tags, and read the webhooks that fire.
+    Data-modifying CTEs all run whether or not the final SELECT reads them; it returns one row at
+    least, each with the count of mailboxes charged."""
+    b: Any = mailboxes.alias("b")
+    size = arrays("size", id=sa.Text, size=sa.BigInteger)
+    charged = (
+        sa.update(b)
+        .values(used=b.c.used + size.c.size)
+        .where(b.c.id == size.c.id, b.c.used + size.c.size <= b.c.quota)
+        .returning(b.c.id)
+        .cte("charged")
+    )
+    src = arrays("src", id=sa.Text, raw=sa.LargeBinary, refs=sa.Integer, client_ip=sa.Text, helo=sa.Text)
+    sources = (
+        sa.insert(message_sources)
+        .from_select(["id", "raw", "refs", "client_ip", "helo"], sa.select(*src.c))
+        .cte("sources")
+    )
+    copy_types = {
+        **{c: sa.Text for c in ("id", "mailbox_id", "sender", "from_header", "subject", "preview_text")},
+        "size": sa.BigInteger,
+        "created_at": sa.Double,
+        "expires_at": sa.Double,
+        "tags": sa.Text,
+        "source_id": sa.Text,
+        "envelope": sa.Text,
+    }
+    copy = arrays("copy", **copy_types)
+    copies = (
+        sa.insert(messages)
+        .from_select(
+            [*SUMMARY, "source_id", "envelope"],
+            sa.select(
+                *[sa.literal_column("0") if c == "is_read" else copy.c[c] for c in SUMMARY],
+                copy.c.source_id,
+                copy.c.envelope,
+            ),
+        )
+        .cte("copies")
+    )
+    tag = arrays("tag", message_id=sa.Text, tag=sa.Text, mailbox_id=sa.Text, created_at=sa.Double)
+    tagged = (
+        sa.insert(message_tags)
+        .from_select(["message_id", "tag", "mailbox_id", "created_at"], sa.select(*tag.c))
+        .cte("tagged")
+    )
+    hooks = _active_hooks().cte("hooks")
+    one = sa.select(sa.literal_column("1").label("one")).subquery("one")
+    return (
+        sa.select(
+            sa.select(sa.func.count()).select_from(charged).scalar_subquery().label("charged"),
+            hooks.c.id,
+            hooks.c.user_id,
+            hooks.c.events,
+        )
+        .select_from(one.outerjoin(hooks, sa.true()))
+        .add_cte(sources, copies, tagged)
+    )
 
 
-# PostgreSQL's ingest in one statement (one round trip instead of four): charge each mailbox,
-# insert the sources and the copies, and read the webhooks that fire. Data-modifying CTEs all run
-# whether or not the final SELECT reads them; it returns one row at least, each with the count of
-# mailboxes charged.
-_INSERT_CHARGED = f"""
-WITH charged AS (
-    UPDATE mailboxes AS b SET used = b.used + x.size
-    FROM unnest(CAST(? AS text[]), CAST(? AS bigint[])) AS x(id, size)
-    WHERE b.id = x.id AND b.used + x.size <= b.quota
-    RETURNING b.id
-), sources AS (
-    INSERT INTO message_sources (id, raw, refs, client_ip, helo)
-    SELECT * FROM unnest(CAST(? AS text[]), CAST(? AS bytea[]), CAST(? AS integer[]), CAST(? AS text[]),
-                         CAST(? AS text[]))
-), copies AS (
-    INSERT INTO messages ({COLUMNS}, source_id, envelope)
-    SELECT x.id, x.mailbox_id, x.sender, x.from_header, x.subject, x.preview_text, x.size, 0,
-           x.created_at, x.expires_at, x.tags, x.source_id, x.envelope
-    FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]),
-                CAST(? AS text[]), CAST(? AS text[]), CAST(? AS bigint[]), CAST(? AS float8[]),
-                CAST(? AS float8[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]))
-         AS x(id, mailbox_id, sender, from_header, subject, preview_text, size, created_at,
-              expires_at, tags, source_id, envelope)
-), tagged AS (
-    INSERT INTO message_tags (message_id, tag, mailbox_id, created_at)
-    SELECT * FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS float8[]))
-), hooks AS ({webhook_store.ACTIVE_FOR_USERS.format(users="= ANY(CAST(? AS text[]))")})
-SELECT (SELECT count(*) FROM charged) AS charged, hooks.id, hooks.user_id, hooks.events
-FROM (SELECT 1) AS one LEFT JOIN hooks ON true
-"""
+def _active_hooks() -> sa.Select[Any]:
+    """`webhooks.ACTIVE_FOR_USERS` of the users of the list parameter `hook_users`."""
+    w, u = webhooks.alias("w"), users.alias("u")
+    return (
+        sa.select(w.c.id, w.c.user_id, w.c.events)
+        .select_from(w.join(u, u.c.id == w.c.user_id))
+        .where(w.c.status == "active", u.c.plan == "pro", u.c.status == "active", one_of(w.c.user_id, "hook_users"))
+    )
 
 
-async def insert_charged(tx: Tx, items: Sequence[NewMessage], *, hook_users: Sequence[str]) -> list[Row] | None:
-    """PostgreSQL: `charge` and `insert_many` for every item, and `webhooks.ACTIVE_FOR_USERS` of
-    `hook_users`, in one statement; None (the caller rolls back) when a mailbox is full."""
+_INSERT_CHARGED = Statement(postgresql=_insert_charged())
+
+
+async def insert_charged(
+    tx: Tx, items: Sequence[NewMessage], *, hook_users: Sequence[str], event_type: str
+) -> dict[str, list[str]] | None:
+    """The ingest's writes: `charge` each copy's mailbox, `insert_many` the copies, and the
+    webhooks of `hook_users` subscribed to `event_type` (by user, `webhooks.subscribed`); None
+    (the caller rolls back) when a mailbox is full. On PostgreSQL in one statement, one round
+    trip; on SQLite, where a statement costs no round trip, one by one."""
+    if tx.dialect != "postgresql":
+        for item in items:
+            if not await charge(tx, item.summary.mailbox_id, item.summary.size):
+                return None
+        await insert_many(tx, items)
+        return await webhook_store.active_ids_for_users(tx, hook_users, event_type)
     sizes: dict[str, int] = {}
     refs: dict[str, int] = {}
     firsts: dict[str, NewMessage] = {}
@@ -136,40 +236,46 @@ async def insert_charged(tx: Tx, items: Sequence[NewMessage], *, hook_users: Seq
     tagged = _tag_rows(copies)
     rows = await tx.fetch(
         _INSERT_CHARGED,
-        list(sizes),
-        list(sizes.values()),
-        list(refs),
-        [firsts[s].raw_compressed for s in refs],
-        list(refs.values()),
-        [firsts[s].client_ip for s in refs],
-        [firsts[s].helo for s in refs],
-        [c.id for c in copies],
-        [c.mailbox_id for c in copies],
-        [c.sender for c in copies],
-        [c.from_ for c in copies],
-        [c.subject for c in copies],
-        [c.preview_text for c in copies],
-        [c.size for c in copies],
-        [c.created_at for c in copies],
-        [c.expires_at for c in copies],
-        [" ".join(c.tags) for c in copies],
-        [m.source_id for m in items],
-        [m.envelope for m in items],
-        [t[0] for t in tagged],
-        [t[1] for t in tagged],
-        [t[2] for t in tagged],
-        [t[3] for t in tagged],
-        list(hook_users),
+        size_id=list(sizes),
+        size_size=list(sizes.values()),
+        src_id=list(refs),
+        src_raw=[firsts[s].raw_compressed for s in refs],
+        src_refs=list(refs.values()),
+        src_client_ip=[firsts[s].client_ip for s in refs],
+        src_helo=[firsts[s].helo for s in refs],
+        copy_id=[c.id for c in copies],
+        copy_mailbox_id=[c.mailbox_id for c in copies],
+        copy_sender=[c.sender for c in copies],
+        copy_from_header=[c.from_ for c in copies],
+        copy_subject=[c.subject for c in copies],
+        copy_preview_text=[c.preview_text for c in copies],
+        copy_size=[c.size for c in copies],
+        copy_created_at=[c.created_at for c in copies],
+        copy_expires_at=[c.expires_at for c in copies],
+        copy_tags=[" ".join(c.tags) for c in copies],
+        copy_source_id=[m.source_id for m in items],
+        copy_envelope=[m.envelope for m in items],
+        tag_message_id=[t["message_id"] for t in tagged],
+        tag_tag=[t["tag"] for t in tagged],
+        tag_mailbox_id=[t["mailbox_id"] for t in tagged],
+        tag_created_at=[t["created_at"] for t in tagged],
+        hook_users=list(hook_users),
     )
-    return rows if rows[0]["charged"] == len(sizes) else None
+    if rows[0]["charged"] != len(sizes):
+        return None
+    return webhook_store.subscribed(rows, event_type)
+
+
+_CHARGE = Statement(
+    sa.update(mailboxes)
+    .where(mailboxes.c.id == sa.bindparam("mailbox"), mailboxes.c.used + sa.bindparam("size") <= mailboxes.c.quota)
+    .values(used=mailboxes.c.used + sa.bindparam("size"))
+)
 
 
 async def charge(tx: Tx, mailbox_id: str, size: int) -> bool:
     """Add `size` to the mailbox's `used` if it stays within its quota; False when it would not."""
-    changed = await tx.execute(
-        "UPDATE mailboxes SET used = used + ? WHERE id = ? AND used + ? <= quota", size, mailbox_id, size
-    )
-    return changed == 1
+    return await tx.execute(_CHARGE, mailbox=mailbox_id, size=size) == 1
 
 
 async def page(
@@ -187,6 +293,29 @@ async def page(
     return [summary_from(r) for r in rows]
 
 
+def _page(key: tuple[search.Shape, int, bool]) -> Statement:
+    """The SELECT of a page of SUMMARY (and the envelope after it, when asked) for a filter's shape."""
+    shape, size, envelope = key
+    source, where, order = search.page_parts(shape)
+    m = search.M
+    columns = [*_summary_columns(m), *([m.c.envelope] if envelope else [])]
+    construct = (
+        sa.select(*columns)
+        .select_from(source)
+        .where(
+            *where, m.c.mailbox_id == sa.bindparam("mailbox"), m.c.deleted == 0, m.c.expires_at > sa.bindparam("now")
+        )
+        .order_by(*order)
+        .limit(size)
+        .offset(sa.bindparam("offset"))
+    )
+    return Statement(construct, replan=search.replans(shape))
+
+
+# One per filter shape, page size and with or without the envelope: a few dozen in practice.
+_PAGES: Shapes[tuple[search.Shape, int, bool]] = Shapes(_page, size=512)
+
+
 async def page_rows(
     tx: Tx,
     mailbox_id: str,
@@ -196,59 +325,68 @@ async def page_rows(
     flt: MessageFilter = NO_FILTER,
     size: int = PAGE_SIZE,
     scan_rows: int = 0,
+    envelope: bool = False,
 ) -> list[Row]:
-    """`page` as rows of COLUMNS (`summary_from` makes each a summary): a caller holding the
-    encoded item of a message needs only its id and read mark."""
+    """`page` as rows of SUMMARY (`summary_from` makes each a summary), and the envelope after
+    them when asked: a caller holding the encoded item of a message needs only its id and read mark."""
     q = await search.query(tx, mailbox_id, flt, scan_rows=scan_rows)
-    where = " AND ".join([*q.where, "m.mailbox_id = ?", "m.deleted = 0", "m.expires_at > ?"])
-    columns = ", ".join(f"m.{c}" for c in COLUMNS.split(", "))
     rows = await tx.fetch(
-        f"SELECT {columns} FROM {q.source} WHERE {where} ORDER BY {q.order} LIMIT {int(size)} OFFSET ?",
-        *q.args,
-        mailbox_id,
-        now,
-        (page - 1) * size,
+        _PAGES((q.shape, size, envelope)), **q.params, mailbox=mailbox_id, now=now, offset=(page - 1) * size
     )
     await search.check_bound(tx, mailbox_id, flt, q, found=len(rows), size=size)
     return rows
 
 
+_GET = Statement(
+    sa.select(*_summary_columns(messages)).where(
+        messages.c.id == sa.bindparam("id"), messages.c.mailbox_id == sa.bindparam("mailbox"), messages.c.deleted == 0
+    )
+)
+
+
 async def get(tx: Tx, mailbox_id: str, message_id: str) -> MessageSummary | None:
     """A live or expired (not yet purged) message of the mailbox; None when deleted or unknown."""
-    row = await tx.fetchrow(
-        f"SELECT {COLUMNS} FROM messages WHERE id = ? AND mailbox_id = ? AND deleted = 0",
-        message_id,
-        mailbox_id,
-    )
+    row = await tx.fetchrow(_GET, id=message_id, mailbox=mailbox_id)
     return None if row is None else summary_from(row)
 
 
+def _with_source() -> Any:
+    m, s = messages.alias("m"), message_sources.alias("s")
+    return m, s, m.join(s, s.c.id == m.c.source_id)
+
+
+def _raw() -> sa.Select[Any]:
+    m, s, joined = _with_source()
+    return sa.select(s.c.raw).select_from(joined).where(m.c.id == sa.bindparam("id"))
+
+
+_RAW = Statement(_raw())
+_SOURCE_ID = Statement(sa.select(messages.c.source_id).where(messages.c.id == sa.bindparam("id")))
+
+
 async def raw(tx: Tx, message_id: str) -> bytes | None:
-    value = await tx.fetchval(
-        "SELECT s.raw FROM messages m JOIN message_sources s ON s.id = m.source_id WHERE m.id = ?", message_id
-    )
+    value = await tx.fetchval(_RAW, id=message_id)
     return None if value is None else bytes(value)
 
 
 async def raw_large(tx: Tx, message_id: str) -> bytes | bytearray | None:
     """`raw` for a big message: the source read in pieces (`Tx.fetch_blob`)."""
-    source_id = await tx.fetchval("SELECT source_id FROM messages WHERE id = ?", message_id)
+    source_id = await tx.fetchval(_SOURCE_ID, id=message_id)
     return None if source_id is None else await tx.fetch_blob("message_sources", "raw", "id", source_id)
 
 
+_DETAIL = Statement(sa.select(message_details.c.detail).where(message_details.c.message_id == sa.bindparam("id")))
+_SAVE_DETAIL = upsert(message_details, keys=["message_id"], update=["detail"])
+
+
 async def detail_json(tx: Tx, message_id: str) -> str | None:
-    value = await tx.fetchval("SELECT detail FROM message_details WHERE message_id = ?", message_id)
+    value = await tx.fetchval(_DETAIL, id=message_id)
     return None if value is None else str(value)
 
 
 async def save_detail(tx: Tx, message_id: str, detail: str) -> None:
     """Keep a message's parse; replaces a kept parse of an older version."""
-    await tx.execute(
-        "INSERT INTO message_details (message_id, detail) VALUES (?, ?) "
-        "ON CONFLICT (message_id) DO UPDATE SET detail = excluded.detail",
-        message_id,
-        detail,
-    )
+    await tx.execute(_SAVE_DETAIL, message_id=message_id, detail=detail)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,51 +399,81 @@ class ReceptionData:
     helo: str | None
 
 
+def _reception() -> sa.Select[Any]:
+    m, s, joined = _with_source()
+    return sa.select(m.c.sender, s.c.client_ip, s.c.helo).select_from(joined).where(m.c.id == sa.bindparam("id"))
+
+
+_RECEPTION = Statement(_reception())
+
+
 async def reception(tx: Tx, message_id: str) -> ReceptionData | None:
-    row = await tx.fetchrow(
-        "SELECT m.sender, s.client_ip, s.helo FROM messages m JOIN message_sources s ON s.id = m.source_id "
-        "WHERE m.id = ?",
-        message_id,
-    )
+    row = await tx.fetchrow(_RECEPTION, id=message_id)
     return None if row is None else ReceptionData(str(row[0]), row[1], row[2])
 
 
+_CHECKS = Statement(sa.select(message_checks.c.report).where(message_checks.c.message_id == sa.bindparam("id")))
+_SAVE_CHECKS = upsert(message_checks, keys=["message_id"], update=["report", "checked_at"])
+
+
 async def checks_json(tx: Tx, message_id: str) -> str | None:
-    value = await tx.fetchval("SELECT report FROM message_checks WHERE message_id = ?", message_id)
+    value = await tx.fetchval(_CHECKS, id=message_id)
     return None if value is None else str(value)
 
 
 async def save_checks(tx: Tx, message_id: str, report: str, *, now: float) -> None:
     """Keep a message's check report; replaces the one kept before (a refresh)."""
-    await tx.execute(
-        "INSERT INTO message_checks (message_id, report, checked_at) VALUES (?, ?, ?) "
-        "ON CONFLICT (message_id) DO UPDATE SET report = excluded.report, checked_at = excluded.checked_at",
-        message_id,
-        report,
-        now,
-    )
+    await tx.execute(_SAVE_CHECKS, message_id=message_id, report=report, checked_at=now)
+
+
+def _live_unread_of(mailbox: sa.ColumnElement[bool]) -> list[sa.ColumnElement[bool]]:
+    return [
+        mailbox,
+        messages.c.is_read == 0,
+        messages.c.deleted == 0,
+        messages.c.expires_at > sa.bindparam("now"),
+    ]
+
+
+_MARK_READ = Statement(
+    sa.update(messages)
+    .where(*_live_unread_of(messages.c.mailbox_id == sa.bindparam("mailbox")), messages.c.id == sa.bindparam("id"))
+    .values(is_read=1)
+)
+_MARK_MANY_READ = Statement(
+    postgresql=sa.update(messages)
+    .where(*_live_unread_of(messages.c.mailbox_id == sa.bindparam("mailbox")), one_of(messages.c.id, "ids"))
+    .values(is_read=1)
+)
+_MARK_ALL_READ = Statement(
+    sa.update(messages).where(*_live_unread_of(messages.c.mailbox_id == sa.bindparam("mailbox"))).values(is_read=1)
+)
 
 
 async def mark_read(tx: Tx, mailbox_id: str, message_ids: Sequence[str], *, now: float) -> int:
     """Mark unread live messages read; returns how many changed."""
     if not message_ids:
         return 0
-    marks = ", ".join("?" for _ in message_ids)
-    return await tx.execute(
-        f"UPDATE messages SET is_read = 1 WHERE mailbox_id = ? AND is_read = 0 AND deleted = 0 "
-        f"AND expires_at > ? AND id IN ({marks})",
-        mailbox_id,
-        now,
-        *message_ids,
-    )
+    if tx.dialect == "postgresql" and len(message_ids) > 1:
+        return await tx.execute(_MARK_MANY_READ, mailbox=mailbox_id, now=now, ids=message_ids)
+    # One by one on SQLite (no round trips): each is a key lookup, where SQLite's planner, not
+    # knowing how long a `json_each` list is, would walk the mailbox's list index instead.
+    changed = 0
+    for message_id in dict.fromkeys(message_ids):
+        changed += await tx.execute(_MARK_READ, mailbox=mailbox_id, now=now, id=message_id)
+    return changed
 
 
 async def mark_all_read(tx: Tx, mailbox_id: str, *, now: float) -> int:
-    return await tx.execute(
-        "UPDATE messages SET is_read = 1 WHERE mailbox_id = ? AND is_read = 0 AND deleted = 0 AND expires_at > ?",
-        mailbox_id,
-        now,
-    )
+    return await tx.execute(_MARK_ALL_READ, mailbox=mailbox_id, now=now)
+
+
+_RELEASE = Statement(
+    sa.update(message_sources).where(message_sources.c.id == sa.bindparam("id")).values(refs=message_sources.c.refs - 1)
+)
+_DROP_UNHELD = Statement(
+    sa.delete(message_sources).where(message_sources.c.id == sa.bindparam("id"), message_sources.c.refs <= 0)
+)
 
 
 async def release_sources(tx: Tx, source_ids: Sequence[str]) -> None:
@@ -313,43 +481,71 @@ async def release_sources(tx: Tx, source_ids: Sequence[str]) -> None:
     that no copy holds any more is removed."""
     if not source_ids:
         return
-    await tx.executemany("UPDATE message_sources SET refs = refs - 1 WHERE id = ?", [(s,) for s in source_ids])
-    await tx.executemany(
-        "DELETE FROM message_sources WHERE id = ? AND refs <= 0", [(s,) for s in sorted(set(source_ids))]
+    await tx.executemany(_RELEASE, [{"id": s} for s in source_ids])
+    await tx.executemany(_DROP_UNHELD, [{"id": s} for s in sorted(set(source_ids))])
+
+
+_TO_DELETE = Statement(
+    sa.select(messages.c.size, messages.c.expired, messages.c.source_id).where(
+        messages.c.id == sa.bindparam("id"), messages.c.mailbox_id == sa.bindparam("mailbox"), messages.c.deleted == 0
     )
+)
+_SET_DELETED = Statement(sa.update(messages).where(messages.c.id == sa.bindparam("id")).values(deleted=1))
+_FREE = Statement(
+    sa.update(mailboxes)
+    .where(mailboxes.c.id == sa.bindparam("mailbox"))
+    .values(used=mailboxes.c.used - sa.bindparam("size"))
+)
+_DELETE_DETAIL = Statement(sa.delete(message_details).where(message_details.c.message_id == sa.bindparam("id")))
+_DELETE_CHECKS = Statement(sa.delete(message_checks).where(message_checks.c.message_id == sa.bindparam("id")))
+_DELETE_TAGS = Statement(sa.delete(message_tags).where(message_tags.c.message_id == sa.bindparam("id")))
+_DELETE_MESSAGE = Statement(sa.delete(messages).where(messages.c.id == sa.bindparam("id")))
 
 
 async def soft_delete(tx: Tx, mailbox_id: str, message_id: str) -> bool:
     """Delete a message; its size leaves `used` unless expiry already took it out. Its bytes go
     with it unless another copy of the same delivery still holds them."""
-    row = await tx.fetchrow(
-        "SELECT size, expired, source_id FROM messages WHERE id = ? AND mailbox_id = ? AND deleted = 0",
-        message_id,
-        mailbox_id,
-    )
+    row = await tx.fetchrow(_TO_DELETE, id=message_id, mailbox=mailbox_id)
     if row is None:
         return False
-    await tx.execute("UPDATE messages SET deleted = 1 WHERE id = ?", message_id)
+    await tx.execute(_SET_DELETED, id=message_id)
     if not row["expired"]:
-        await tx.execute("UPDATE mailboxes SET used = used - ? WHERE id = ?", row["size"], mailbox_id)
+        await tx.execute(_FREE, size=row["size"], mailbox=mailbox_id)
     await release_sources(tx, [row["source_id"]])
-    await tx.execute("DELETE FROM message_details WHERE message_id = ?", message_id)
-    await tx.execute("DELETE FROM message_checks WHERE message_id = ?", message_id)
-    await tx.execute("DELETE FROM message_tags WHERE message_id = ?", message_id)
+    await tx.execute(_DELETE_DETAIL, id=message_id)
+    await tx.execute(_DELETE_CHECKS, id=message_id)
+    await tx.execute(_DELETE_TAGS, id=message_id)
     await search.forget(tx, [message_id])
     return True
 
 
 # The sweep's queries, each served by an index (tests/test_purge.py checks the plans): the writer
 # runs them, and every pending delivery waits behind them.
-EXPIRE_DUE = "SELECT id, mailbox_id, size FROM messages WHERE expired = 0 AND deleted = 0 AND expires_at <= ? LIMIT ?"
-PURGE_DELETED = "SELECT id FROM messages WHERE deleted = 1 LIMIT ?"
-PURGE_EXPIRED = "SELECT id, source_id FROM messages WHERE expired = 1 AND expires_at <= ? AND deleted = 0 LIMIT ?"
+EXPIRE_DUE = Statement(
+    sa.select(messages.c.id, messages.c.mailbox_id, messages.c.size)
+    .where(messages.c.expired == 0, messages.c.deleted == 0, messages.c.expires_at <= sa.bindparam("now"))
+    .limit(sa.bindparam("limit"))
+)
+PURGE_DELETED = Statement(sa.select(messages.c.id).where(messages.c.deleted == 1).limit(sa.bindparam("limit")))
+PURGE_EXPIRED = Statement(
+    sa.select(messages.c.id, messages.c.source_id)
+    .where(messages.c.expired == 1, messages.c.expires_at <= sa.bindparam("before"), messages.c.deleted == 0)
+    .limit(sa.bindparam("limit"))
+)
 
 
-# A message past its expiry that the sweep has not yet taken out of `used` (one `?`: now): its
-# bytes count as free already (ix_messages_due). Here and in `mailboxes.recipient`.
-DUE = "expired = 0 AND expires_at <= ? AND deleted = 0"
+def due(table: Any) -> sa.ColumnElement[bool]:
+    """A message of `table` (`messages` or an alias) past its expiry that the sweep has not yet
+    taken out of `used` (the parameter `now`): its bytes count as free already
+    (ix_messages_due). Here and in `mailboxes.recipient`."""
+    return sa.and_(table.c.expired == 0, table.c.expires_at <= sa.bindparam("now"), table.c.deleted == 0)
+
+
+_DUE_SIZES = Statement(
+    sa.select(messages.c.mailbox_id, sa.func.sum(messages.c.size))
+    .where(one_of(messages.c.mailbox_id, "mailboxes"), due(messages))
+    .group_by(messages.c.mailbox_id)
+)
 
 
 async def due_sizes(tx: Tx, mailbox_ids: Sequence[str], *, now: float) -> dict[str, int]:
@@ -357,67 +553,74 @@ async def due_sizes(tx: Tx, mailbox_ids: Sequence[str], *, now: float) -> dict[s
     `used` (ix_messages_due): `used` minus these is the mailbox's usage at `now`."""
     if not mailbox_ids:
         return {}
-    marks = ", ".join("?" for _ in mailbox_ids)
-    rows = await tx.fetch(
-        f"SELECT mailbox_id, SUM(size) FROM messages WHERE mailbox_id IN ({marks}) AND {DUE} GROUP BY mailbox_id",
-        *mailbox_ids,
-        now,
-    )
+    rows = await tx.fetch(_DUE_SIZES, mailboxes=mailbox_ids, now=now)
     return {str(r[0]): int(r[1]) for r in rows}
+
+
+_SET_EXPIRED = Statement(sa.update(messages).where(messages.c.id == sa.bindparam("id")).values(expired=1))
 
 
 async def expire_due(tx: Tx, *, now: float, limit: int) -> int:
     """Flag messages whose retention ended and take their bytes out of `used`."""
-    rows = await tx.fetch(EXPIRE_DUE, now, limit)
+    rows = await tx.fetch(EXPIRE_DUE, now=now, limit=limit)
     if not rows:
         return 0
-    await tx.executemany("UPDATE messages SET expired = 1 WHERE id = ?", [(r["id"],) for r in rows])
-    await tx.executemany(
-        "UPDATE mailboxes SET used = used - ? WHERE id = ?", [(r["size"], r["mailbox_id"]) for r in rows]
-    )
+    await tx.executemany(_SET_EXPIRED, [{"id": r["id"]} for r in rows])
+    await tx.executemany(_FREE, [{"size": r["size"], "mailbox": r["mailbox_id"]} for r in rows])
     return len(rows)
 
 
 async def purge(tx: Tx, *, expired_before: float, limit: int) -> int:
     """Remove for good up to `limit` rows: the soft-deleted ones (which let go of their source
     when deleted), then the expired ones past their grace (which let go now)."""
-    deleted = await tx.fetch(PURGE_DELETED, limit)
-    ids = [(r["id"],) for r in deleted]
+    deleted = await tx.fetch(PURGE_DELETED, limit=limit)
+    ids = [{"id": r["id"]} for r in deleted]
     if len(ids) < limit:
-        expired = await tx.fetch(PURGE_EXPIRED, expired_before, limit - len(ids))
+        expired = await tx.fetch(PURGE_EXPIRED, before=expired_before, limit=limit - len(ids))
         await release_sources(tx, [r["source_id"] for r in expired])
-        await tx.executemany("DELETE FROM message_details WHERE message_id = ?", [(r["id"],) for r in expired])
-        await tx.executemany("DELETE FROM message_checks WHERE message_id = ?", [(r["id"],) for r in expired])
-        ids.extend((r["id"],) for r in expired)
+        await tx.executemany(_DELETE_DETAIL, [{"id": r["id"]} for r in expired])
+        await tx.executemany(_DELETE_CHECKS, [{"id": r["id"]} for r in expired])
+        ids.extend({"id": r["id"]} for r in expired)
     if ids:
-        await tx.executemany("DELETE FROM message_tags WHERE message_id = ?", ids)
-        await search.forget(tx, [i for (i,) in ids])
-        await tx.executemany("DELETE FROM messages WHERE id = ?", ids)
+        await tx.executemany(_DELETE_TAGS, ids)
+        await search.forget(tx, [i["id"] for i in ids])
+        await tx.executemany(_DELETE_MESSAGE, ids)
     return len(ids)
 
 
-async def mark_unread(tx: Tx, mailbox_id: str, message_id: str, *, now: float) -> int:
-    return await tx.execute(
-        "UPDATE messages SET is_read = 0 WHERE mailbox_id = ? AND id = ? AND is_read = 1 AND deleted = 0 "
-        "AND expires_at > ?",
-        mailbox_id,
-        message_id,
-        now,
+_MARK_UNREAD = Statement(
+    sa.update(messages)
+    .where(
+        messages.c.mailbox_id == sa.bindparam("mailbox"),
+        messages.c.id == sa.bindparam("id"),
+        messages.c.is_read == 1,
+        messages.c.deleted == 0,
+        messages.c.expires_at > sa.bindparam("now"),
     )
+    .values(is_read=0)
+)
+
+
+async def mark_unread(tx: Tx, mailbox_id: str, message_id: str, *, now: float) -> int:
+    return await tx.execute(_MARK_UNREAD, mailbox=mailbox_id, id=message_id, now=now)
+
+
+_UNREAD_COUNTS = Statement(
+    sa.select(messages.c.mailbox_id, sa.func.count())
+    .where(*_live_unread_of(one_of(messages.c.mailbox_id, "mailboxes")))
+    .group_by(messages.c.mailbox_id)
+)
 
 
 async def unread_counts(tx: Tx, mailbox_ids: Sequence[str], *, now: float) -> dict[str, int]:
     """Live unread messages per mailbox; mailboxes with none are absent."""
     if not mailbox_ids:
         return {}
-    marks = ", ".join("?" for _ in mailbox_ids)
-    rows = await tx.fetch(
-        f"SELECT mailbox_id, COUNT(*) FROM messages WHERE mailbox_id IN ({marks}) AND is_read = 0 "
-        "AND deleted = 0 AND expires_at > ? GROUP BY mailbox_id",
-        *mailbox_ids,
-        now,
-    )
+    rows = await tx.fetch(_UNREAD_COUNTS, mailboxes=mailbox_ids, now=now)
     return {str(r[0]): int(r[1]) for r in rows}
+
+
+_SET_TAGS = Statement(sa.update(messages).where(messages.c.id == sa.bindparam("id")).values(tags=sa.bindparam("tags")))
 
 
 async def set_tags(tx: Tx, mailbox_id: str, message_id: str, tags: Sequence[str]) -> MessageSummary | None:
@@ -425,8 +628,14 @@ async def set_tags(tx: Tx, mailbox_id: str, message_id: str, tags: Sequence[str]
     found = await get(tx, mailbox_id, message_id)
     if found is None:
         return None
-    await tx.execute("UPDATE messages SET tags = ? WHERE id = ?", " ".join(tags), message_id)
-    await tx.execute("DELETE FROM message_tags WHERE message_id = ?", message_id)
+    await tx.execute(_SET_TAGS, tags=" ".join(tags), id=message_id)
+    await tx.execute(_DELETE_TAGS, id=message_id)
     if tags:
-        await tx.executemany(INSERT_TAG, [(message_id, tag, mailbox_id, found.created_at) for tag in tags])
+        await tx.executemany(
+            INSERT_TAG,
+            [
+                {"message_id": message_id, "tag": t, "mailbox_id": mailbox_id, "created_at": found.created_at}
+                for t in tags
+            ],
+        )
     return msgspec.structs.replace(found, tags=tuple(tags))

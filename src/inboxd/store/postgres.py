@@ -7,12 +7,13 @@ import asyncio
 import errno
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, TypeVar
 
 from inboxd.errors import DuplicateKey, InsufficientStorage, StorageError
 from inboxd.store.db import MAX_BATCH, Row, Work
+from inboxd.store.sql import Statement
 
 T = TypeVar("T")
 log = logging.getLogger("inboxd.store")
@@ -28,7 +29,9 @@ _PLACEHOLDER = re.compile(r"\?")
 
 @lru_cache(maxsize=2048)
 def to_postgres(sql: str) -> str:
-    """`?` placeholders to `$1…$n` (our SQL never holds a literal question mark)."""
+    """`?` placeholders to `$1…$n` in a plain SQL string (our SQL strings never hold a literal
+    question mark). Only for the string path of `Tx`, which goes once every module is written
+    as `Statement`s; those are compiled to `$n` by SQLAlchemy, once."""
     counter = iter(range(1, 10_000))
     return _PLACEHOLDER.sub(lambda _m: f"${next(counter)}", sql)
 
@@ -39,24 +42,58 @@ class _PgTx:
     def __init__(self, conn: Any) -> None:
         self._conn = conn
 
-    async def fetch(self, sql: str, *args: Any) -> list[Row]:
-        rows: list[Row] = await self._conn.fetch(to_postgres(sql), *args)
+    # A `Statement`'s PostgreSQL text takes `$1…$n`: its `args` orders the named parameters.
+    # A string takes `args` for its `?`.
+
+    async def fetch(self, sql: Statement | str, /, *args: Any, **params: Any) -> list[Row]:
+        rows: list[Row]
+        if isinstance(sql, Statement):
+            c = sql.compiled("postgresql")
+            if sql.replan:
+                rows = await (await self._conn.prepare(c.sql)).fetch(*c.args(params))
+            else:
+                rows = await self._conn.fetch(c.sql, *c.args(params))
+        else:
+            rows = await self._conn.fetch(to_postgres(sql), *args)
         return rows
 
-    async def fetchrow(self, sql: str, *args: Any) -> Row | None:
-        row: Row | None = await self._conn.fetchrow(to_postgres(sql), *args)
+    async def fetchrow(self, sql: Statement | str, /, *args: Any, **params: Any) -> Row | None:
+        row: Row | None
+        if isinstance(sql, Statement):
+            c = sql.compiled("postgresql")
+            if sql.replan:
+                row = await (await self._conn.prepare(c.sql)).fetchrow(*c.args(params))
+            else:
+                row = await self._conn.fetchrow(c.sql, *c.args(params))
+        else:
+            row = await self._conn.fetchrow(to_postgres(sql), *args)
         return row
 
-    async def fetchval(self, sql: str, *args: Any) -> Any:
+    async def fetchval(self, sql: Statement | str, /, *args: Any, **params: Any) -> Any:
+        if isinstance(sql, Statement):
+            c = sql.compiled("postgresql")
+            if sql.replan:
+                return await (await self._conn.prepare(c.sql)).fetchval(*c.args(params))
+            return await self._conn.fetchval(c.sql, *c.args(params))
         return await self._conn.fetchval(to_postgres(sql), *args)
 
-    async def execute(self, sql: str, *args: Any) -> int:
-        status: str = await self._conn.execute(to_postgres(sql), *args)
+    async def execute(self, sql: Statement | str, /, *args: Any, **params: Any) -> int:
+        if isinstance(sql, Statement):
+            c = sql.compiled("postgresql")
+            status: str = await self._conn.execute(c.sql, *c.args(params))
+        else:
+            status = await self._conn.execute(to_postgres(sql), *args)
         tail = status.rsplit(" ", 1)[-1]
         return int(tail) if tail.isdigit() else 0
 
-    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        await self._conn.executemany(to_postgres(sql), rows)
+    async def executemany(
+        self, sql: Statement | str, rows: Iterable[Mapping[str, Any]] | Iterable[Sequence[Any]], /
+    ) -> None:
+        if isinstance(sql, Statement):
+            c = sql.compiled("postgresql")
+            await self._conn.executemany(c.sql, [c.args(r) for r in rows])  # type: ignore[arg-type]
+        else:
+            await self._conn.executemany(to_postgres(sql), rows)
 
     async def fetch_blob(self, table: str, column: str, key_column: str, key: Any) -> bytes | bytearray | None:
         value = await self._conn.fetchval(f"SELECT {column} FROM {table} WHERE {key_column} = $1", key)

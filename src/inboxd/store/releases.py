@@ -4,32 +4,39 @@ from __future__ import annotations
 
 import json
 
+import sqlalchemy as sa
+
 from inboxd.model import RelayAnswer, Release
 from inboxd.store.db import Row, Tx
+from inboxd.store.schema import releases
+from inboxd.store.sql import Statement, param, values_of
 
-COLUMNS = "id, user_id, mailbox_id, message_id, answers, created_at"
+_r = releases.c
+
+INSERT = Statement(sa.insert(releases).values(values_of(releases)))
+OF_MESSAGE = Statement(
+    sa.select(releases)
+    .where(_r.message_id == param(_r.message_id), _r.mailbox_id == param(_r.mailbox_id))
+    .order_by(_r.created_at.desc())
+    .limit(sa.bindparam("limit"))
+)
 
 
 async def insert(tx: Tx, release: Release) -> None:
     answers = json.dumps([[a.address, a.accepted, a.code, a.message] for a in release.answers])
     await tx.execute(
-        f"INSERT INTO releases ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-        release.id,
-        release.user_id,
-        release.mailbox_id,
-        release.message_id,
-        answers,
-        release.created_at,
+        INSERT,
+        id=release.id,
+        user_id=release.user_id,
+        mailbox_id=release.mailbox_id,
+        message_id=release.message_id,
+        answers=answers,
+        created_at=release.created_at,
     )
 
 
 async def of_message(tx: Tx, *, mailbox_id: str, message_id: str, limit: int) -> list[Release]:
-    rows = await tx.fetch(
-        f"SELECT {COLUMNS} FROM releases WHERE message_id = ? AND mailbox_id = ? ORDER BY created_at DESC LIMIT ?",
-        message_id,
-        mailbox_id,
-        limit,
-    )
+    rows = await tx.fetch(OF_MESSAGE, message_id=message_id, mailbox_id=mailbox_id, limit=limit)
     return [_release(row) for row in rows]
 
 

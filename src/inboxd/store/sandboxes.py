@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import msgspec
+import sqlalchemy as sa
 
 from inboxd.model import NO_FILTER, Mailbox, MessageFilter, Sandbox, SandboxMessage
 from inboxd.store import mailboxes as mailbox_store
 from inboxd.store import messages as message_store
 from inboxd.store import search
 from inboxd.store.db import Row, Tx
-from inboxd.store.messages import COLUMNS as MESSAGE_COLUMNS
 from inboxd.store.messages import PAGE_SIZE, summary_from
+from inboxd.store.schema import mailboxes, message_checks, message_details, messages, sandboxes
+from inboxd.store.sql import Statement, param, values_of
 
 _decode_envelope = msgspec.json.Decoder(list[str]).decode
-_MAILBOX = ", ".join(f"m.{c.strip()}" for c in mailbox_store.COLUMNS.split(","))
 
 
 def _sandbox(row: Row) -> Sandbox:
@@ -25,62 +26,71 @@ def _sandbox(row: Row) -> Sandbox:
     )
 
 
-_SELECT = (
-    f"SELECT s.user_id AS user_id, s.username, s.created_at AS sandbox_created_at, {_MAILBOX} "
-    "FROM sandboxes s JOIN mailboxes m ON m.id = s.mailbox_id"
+_s, _m = sandboxes.alias("s"), mailboxes.alias("m")
+# The sandbox with its mailbox, whose `user_id` is the sandbox's (read once, by `_sandbox` and
+# `mailbox_from` both).
+_SANDBOX = sa.select(
+    _s.c.user_id,
+    _s.c.username,
+    _s.c.created_at.label("sandbox_created_at"),
+    *(c for c in mailbox_store.mailbox_columns(_m) if c.key != "user_id"),
+).select_from(_s.join(_m, _m.c.id == _s.c.mailbox_id))
+FOR_USER = Statement(_SANDBOX.where(_s.c.user_id == param(_s.c.user_id)))
+BY_USERNAME = Statement(_SANDBOX.where(_s.c.username == param(_s.c.username)))
+INSERT = Statement(sa.insert(sandboxes).values(values_of(sandboxes)))
+ENVELOPE = Statement(
+    sa.select(messages.c.envelope).where(
+        messages.c.id == param(messages.c.id),
+        messages.c.mailbox_id == param(messages.c.mailbox_id),
+        messages.c.deleted == 0,
+    )
+)
+LIVE = Statement(
+    sa.select(messages.c.id, messages.c.size, messages.c.expired, messages.c.source_id).where(
+        messages.c.mailbox_id == param(messages.c.mailbox_id), messages.c.deleted == 0
+    )
+)
+SET_DELETED = Statement(sa.update(messages).where(messages.c.id == param(messages.c.id)).values(deleted=1))
+DELETE_DETAIL = Statement(sa.delete(message_details).where(message_details.c.message_id == sa.bindparam("id")))
+DELETE_CHECKS = Statement(sa.delete(message_checks).where(message_checks.c.message_id == sa.bindparam("id")))
+FREE = Statement(
+    sa.update(mailboxes)
+    .where(mailboxes.c.id == param(mailboxes.c.id))
+    .values(used=mailboxes.c.used - sa.bindparam("freed"))
 )
 
 
 async def for_user(tx: Tx, user_id: str) -> Sandbox | None:
-    row = await tx.fetchrow(f"{_SELECT} WHERE s.user_id = ?", user_id)
+    row = await tx.fetchrow(FOR_USER, user_id=user_id)
     return None if row is None else _sandbox(row)
 
 
 async def by_username(tx: Tx, username: str) -> Sandbox | None:
-    row = await tx.fetchrow(f"{_SELECT} WHERE s.username = ?", username)
+    row = await tx.fetchrow(BY_USERNAME, username=username)
     return None if row is None else _sandbox(row)
 
 
 async def insert(tx: Tx, *, user_id: str, username: str, mailbox: Mailbox, auth_hash: str) -> None:
     await mailbox_store.insert(tx, mailbox, auth_hash)
-    await tx.execute(
-        "INSERT INTO sandboxes (user_id, username, mailbox_id, created_at) VALUES (?, ?, ?, ?)",
-        user_id,
-        username,
-        mailbox.id,
-        mailbox.created_at,
-    )
+    await tx.execute(INSERT, user_id=user_id, username=username, mailbox_id=mailbox.id, created_at=mailbox.created_at)
 
 
 def _message(row: Row) -> SandboxMessage:
-    envelope = row[len(_COLUMN_LIST)]
+    envelope = row[len(message_store.SUMMARY)]
     return SandboxMessage(summary=summary_from(row), recipients=tuple(_decode_envelope(envelope)) if envelope else ())
-
-
-_COLUMN_LIST = MESSAGE_COLUMNS.split(",")
 
 
 async def page(
     tx: Tx, mailbox_id: str, *, page: int, now: float, flt: MessageFilter = NO_FILTER, scan_rows: int = 0
 ) -> list[SandboxMessage]:
-    q = await search.query(tx, mailbox_id, flt, scan_rows=scan_rows)
-    where = " AND ".join([*q.where, "m.mailbox_id = ?", "m.deleted = 0", "m.expires_at > ?"])
-    columns = ", ".join(f"m.{c.strip()}" for c in _COLUMN_LIST)
-    rows = await tx.fetch(
-        f"SELECT {columns}, m.envelope FROM {q.source} WHERE {where} ORDER BY {q.order} LIMIT {PAGE_SIZE} OFFSET ?",
-        *q.args,
-        mailbox_id,
-        now,
-        (page - 1) * PAGE_SIZE,
+    rows = await message_store.page_rows(
+        tx, mailbox_id, page=page, now=now, flt=flt, size=PAGE_SIZE, scan_rows=scan_rows, envelope=True
     )
-    await search.check_bound(tx, mailbox_id, flt, q, found=len(rows), size=PAGE_SIZE)
     return [_message(r) for r in rows]
 
 
 async def envelope(tx: Tx, mailbox_id: str, message_id: str) -> tuple[str, ...]:
-    value = await tx.fetchval(
-        "SELECT envelope FROM messages WHERE id = ? AND mailbox_id = ? AND deleted = 0", message_id, mailbox_id
-    )
+    value = await tx.fetchval(ENVELOPE, id=message_id, mailbox_id=mailbox_id)
     return tuple(_decode_envelope(value)) if value else ()
 
 
@@ -89,18 +99,16 @@ async def delete_all(tx: Tx, mailbox_id: str) -> int:
 
     Expired ones (already out of `used`) are removed too, but only live ones count as deleted.
     """
-    rows = await tx.fetch(
-        "SELECT id, size, expired, source_id FROM messages WHERE mailbox_id = ? AND deleted = 0", mailbox_id
-    )
+    rows = await tx.fetch(LIVE, mailbox_id=mailbox_id)
     if not rows:
         return 0
-    ids = [(r["id"],) for r in rows]
+    ids = [{"id": r["id"]} for r in rows]
     freed = sum(int(r["size"]) for r in rows if not r["expired"])
-    await tx.executemany("UPDATE messages SET deleted = 1 WHERE id = ?", ids)
+    await tx.executemany(SET_DELETED, ids)
     await message_store.release_sources(tx, [r["source_id"] for r in rows])
-    await tx.executemany("DELETE FROM message_details WHERE message_id = ?", ids)
-    await tx.executemany("DELETE FROM message_checks WHERE message_id = ?", ids)
+    await tx.executemany(DELETE_DETAIL, ids)
+    await tx.executemany(DELETE_CHECKS, ids)
     await search.forget(tx, [r["id"] for r in rows])
     if freed:
-        await tx.execute("UPDATE mailboxes SET used = used - ? WHERE id = ?", freed, mailbox_id)
+        await tx.execute(FREE, freed=freed, id=mailbox_id)
     return sum(1 for r in rows if not r["expired"])

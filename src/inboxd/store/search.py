@@ -12,6 +12,12 @@ folded in Python for non-ASCII on SQLite, no index answers them) read at most th
 once, by the list index, and bounds the read by it; a page it leaves short while older messages
 exist raises `FilterTooBroad` (`check_bound`) rather than answer as if nothing more matched.
 
+A filtered list is a `Shape` (which filters are present, how the full text is read) and its
+parameters: `query` finds both, `page_parts` makes the Core FROM, WHERE and ORDER BY of a shape,
+and `store/messages.py` keeps one compiled statement per shape. Where the two databases differ:
+`_contains` (case folding), `_words_match` (FTS5's MATCH, the tsvector's `@@`) and the
+`message_fts` statements, which exist on SQLite only.
+
 A message is indexed once (`messages.indexed` goes 0 → 1 in the same transaction that writes
 its row); deleting or purging a message takes its row out of the index.
 """
@@ -20,11 +26,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY, TSQUERY
 
 from inboxd.errors import FilterTooBroad
 from inboxd.model import MessageFilter, Term
 from inboxd.store.db import Tx
+from inboxd.store.schema import mailboxes, message_search, message_tags, messages, meta
+from inboxd.store.sql import Shapes, Statement, arrays, one_of, upsert, values_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,20 +80,51 @@ def _tsquery(terms: Sequence[Term]) -> str:
     )
 
 
-def _text_match(dialect: str, columns: Sequence[str], needle: str) -> tuple[str, list[Any]]:
-    """Case-insensitive substring of any of `columns` (`needle` is lowercase already)."""
+# The tables of the queries, by the aliases the list's SQL has always used.
+M = messages.alias("m")
+S = message_search.alias("s")
+T = message_tags.alias("t")
+# SQLite's FTS5 table (made by migration 0006; SQLAlchemy has no virtual tables): `rowid` is
+# the `doc_id`, the column named after the table is the one MATCH takes.
+message_fts = sa.table("message_fts", sa.column("rowid", sa.Integer), sa.column("message_fts"), sa.column("terms"))
+F = message_fts.alias("f")
+
+# How a substring filter folds case: PostgreSQL's ILIKE; SQLite's LIKE, which folds ASCII
+# itself; SQLite's LIKE on `inboxd_lower` (registered on every connection, store/sqlite.py) for
+# a needle beyond ASCII.
+Fold = Literal["ilike", "like", "lower"]
+
+
+def _fold(dialect: str, needle: str) -> Fold:
     if dialect == "postgresql":
-        op = "ILIKE"
-        wrap = "{}"
-    elif needle.isascii():
-        op = "LIKE"  # SQLite's LIKE folds ASCII case itself
-        wrap = "{}"
+        return "ilike"
+    return "like" if needle.isascii() else "lower"
+
+
+def _contains(fold: Fold, columns: Sequence[sa.ColumnElement[Any]], name: str) -> sa.ColumnElement[bool]:
+    """Case-insensitive substring (the parameter `name`, a LIKE pattern of a lowercase needle)
+    of any of `columns`."""
+    pattern: sa.BindParameter[str] = sa.bindparam(name)
+    if fold == "ilike":
+        tests = [c.ilike(pattern, escape="\\") for c in columns]
+    elif fold == "like":
+        tests = [c.like(pattern, escape="\\") for c in columns]
     else:
-        op = "LIKE"
-        wrap = "inboxd_lower({})"  # registered on every SQLite connection (store/sqlite.py)
-    pattern = _like(needle)
-    sql = " OR ".join(f"{wrap.format(c)} {op} ? ESCAPE '\\'" for c in columns)
-    return f"({sql})", [pattern] * len(columns)
+        tests = [sa.func.inboxd_lower(c).like(pattern, escape="\\") for c in columns]
+    return sa.or_(*tests)
+
+
+def _words_match(dialect: str) -> sa.ColumnElement[bool]:
+    """The full-text match of the parameter `words` (`_words`): FTS5's MATCH on SQLite, the
+    tsvector's `@@` on PostgreSQL. The one place the two indexes differ in SQL."""
+    if dialect == "postgresql":
+        return S.c.terms.op("@@")(sa.cast(sa.bindparam("words"), TSQUERY))
+    return F.c.message_fts.op("MATCH")(sa.bindparam("words"))
+
+
+def _words(dialect: str, terms: Sequence[Term]) -> str:
+    """The value of the parameter `words`: a tsquery's text, or an FTS5 query."""
+    return _tsquery(terms) if dialect == "postgresql" else _fts5_query(terms)
 
 
 def mailbox_term(mailbox_id: str) -> str:
@@ -98,13 +140,31 @@ def doc_id_base(created_at: float) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Query:
-    """A filtered list as SQL pieces over `messages m`."""
+class Shape:
+    """What decides the SQL of a filtered list (its parameters aside): a key of the statements."""
 
-    source: str
-    where: list[str]
-    args: list[Any]
-    order: str
+    from_: Fold | None = None
+    subject: Fold | None = None
+    unread: bool = False
+    since: bool = False
+    until: bool = False
+    to: bool = False
+    has_attachments: bool = False
+    # The row-reading filters' bound applies (`floor`).
+    floor: bool = False
+    # "driven": the page walks the tag's index entries; "exists": a tag test beside full text.
+    tag: Literal["", "driven", "exists"] = ""
+    # Full text: "fts5" (SQLite); on PostgreSQL "hits" (from the few matches, the parameter
+    # `hits`) or "walk" (the mailbox newest first, testing each row).
+    words: Literal["", "fts5", "hits", "walk"] = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A filtered list: its shape (`page_parts` makes the SQL of it) and its parameters."""
+
+    shape: Shape
+    params: dict[str, Any]
     # `created_at` of the oldest message a row-reading filter may read; None: no bound applies.
     floor: float | None = None
 
@@ -114,17 +174,55 @@ def reads_rows(flt: MessageFilter) -> bool:
     return bool(flt.from_ or flt.to or flt.subject or flt.unread is not None or flt.has_attachments is not None)
 
 
-def _range(flt: MessageFilter) -> tuple[str, list[float]]:
-    """`since`/`until` on `messages` (no alias), which the list index answers."""
-    sql = ""
-    args: list[float] = []
+def _range(table: Any, since: bool, until: bool) -> list[sa.ColumnElement[bool]]:
+    """`since`/`until` (parameters of those names) on `table`, which the list index answers."""
+    where = []
+    if since:
+        where.append(table.c.created_at >= sa.bindparam("since"))
+    if until:
+        where.append(table.c.created_at < sa.bindparam("until"))
+    return where
+
+
+def _range_params(flt: MessageFilter) -> dict[str, float]:
+    params = {}
     if flt.since is not None:
-        sql += " AND created_at >= ?"
-        args.append(flt.since)
+        params["since"] = flt.since
     if flt.until is not None:
-        sql += " AND created_at < ?"
-        args.append(flt.until)
-    return sql, args
+        params["until"] = flt.until
+    return params
+
+
+def _scan_floor_statement(key: tuple[bool, bool, int]) -> Statement:
+    since, until, scan_rows = key
+    return Statement(
+        sa.select(messages.c.created_at)
+        .where(
+            messages.c.mailbox_id == sa.bindparam("mailbox"), messages.c.deleted == 0, *_range(messages, since, until)
+        )
+        .order_by(messages.c.created_at.desc(), messages.c.id.desc())
+        .limit(1)
+        .offset(scan_rows - 1)
+    )
+
+
+def _older_statement(key: tuple[bool, bool]) -> Statement:
+    since, until = key
+    return Statement(
+        sa.select(sa.literal_column("1"))
+        .select_from(messages)
+        .where(
+            messages.c.mailbox_id == sa.bindparam("mailbox"),
+            messages.c.deleted == 0,
+            *_range(messages, since, until),
+            messages.c.created_at < sa.bindparam("floor"),
+        )
+        .limit(1)
+    )
+
+
+_SCAN_FLOORS: Shapes[tuple[bool, bool, int]] = Shapes(_scan_floor_statement, size=16)
+_OLDER: Shapes[tuple[bool, bool]] = Shapes(_older_statement, size=4)
 
 
 async def _scan_floor(tx: Tx, mailbox_id: str, flt: MessageFilter, scan_rows: int) -> float | None:
@@ -132,13 +230,8 @@ async def _scan_floor(tx: Tx, mailbox_id: str, flt: MessageFilter, scan_rows: in
     there are fewer (then every one may be read)."""
     if scan_rows <= 0 or not reads_rows(flt):
         return None
-    extra, args = _range(flt)
-    value = await tx.fetchval(
-        f"SELECT created_at FROM messages WHERE mailbox_id = ? AND deleted = 0{extra} "
-        f"ORDER BY created_at DESC, id DESC LIMIT 1 OFFSET {int(scan_rows) - 1}",
-        mailbox_id,
-        *args,
-    )
+    statement = _SCAN_FLOORS((flt.since is not None, flt.until is not None, int(scan_rows)))
+    value = await tx.fetchval(statement, mailbox=mailbox_id, **_range_params(flt))
     return None if value is None else float(value)
 
 
@@ -146,13 +239,8 @@ async def check_bound(tx: Tx, mailbox_id: str, flt: MessageFilter, q: Query, *, 
     """Raise `FilterTooBroad` when the bound cut a short page: older messages were not read."""
     if q.floor is None or found >= size:
         return
-    extra, args = _range(flt)
-    older = await tx.fetchval(
-        f"SELECT 1 FROM messages WHERE mailbox_id = ? AND deleted = 0{extra} AND created_at < ? LIMIT 1",
-        mailbox_id,
-        *args,
-        q.floor,
-    )
+    statement = _OLDER((flt.since is not None, flt.until is not None))
+    older = await tx.fetchval(statement, mailbox=mailbox_id, floor=q.floor, **_range_params(flt))
     if older:
         raise FilterTooBroad(
             "The filters `from`, `to`, `subject`, `unread` and `has_attachments` read at most the newest "
@@ -161,112 +249,164 @@ async def check_bound(tx: Tx, mailbox_id: str, flt: MessageFilter, q: Query, *, 
         )
 
 
+_MATCHES = Statement(
+    postgresql=sa.select(S.c.message_id)
+    .where(_words_match("postgresql"), S.c.mailbox_id == sa.bindparam("mailbox"))
+    .limit(FEW_MATCHES + 1),
+    replan=True,
+)
+
+
 async def query(tx: Tx, mailbox_id: str, flt: MessageFilter, *, scan_rows: int = 0) -> Query:
-    join, where, args = conditions(tx.dialect, flt)
+    """The shape and parameters of the list `flt` keeps (`page_parts` makes the SQL of the shape;
+    the caller adds the parameters `mailbox`, `now` and its page's)."""
+    params: dict[str, Any] = {}
+    from_ = subject = None
+    if flt.from_:
+        from_ = _fold(tx.dialect, flt.from_)
+        params["from_pattern"] = _like(flt.from_)
+    if flt.subject:
+        subject = _fold(tx.dialect, flt.subject)
+        params["subject_pattern"] = _like(flt.subject)
+    if flt.unread is not None:
+        params["unread"] = 0 if flt.unread else 1
+    params.update(_range_params(flt))
+    if flt.to:
+        params["to_pattern"] = _like(flt.to)
+    if flt.has_attachments is not None:
+        params["has_attachments"] = 1 if flt.has_attachments else 0
     floor = await _scan_floor(tx, mailbox_id, flt, scan_rows)
     if floor is not None:
-        where, args = [*where, "m.created_at >= ?"], [*args, floor]
-    ordered = "m.created_at DESC, m.id DESC"
-    if flt.tag and not flt.terms:
-        # Driven from the tag's index entries, newest first: a page reads only tagged messages.
-        source = "message_tags t JOIN messages m ON m.id = t.message_id" + join
-        where, args = ["t.mailbox_id = ?", "t.tag = ?", *where], [mailbox_id, flt.tag, *args]
-        return Query(source, where, args, "t.created_at DESC, t.message_id DESC", floor)
+        params["floor"] = floor
     if flt.tag:
-        where = [*where, "EXISTS (SELECT 1 FROM message_tags t WHERE t.message_id = m.id AND t.tag = ?)"]
-        args = [*args, flt.tag]
-    if not flt.terms:
-        return Query("messages m" + join, where, args, ordered, floor)
-    terms = [Term(mailbox_term(mailbox_id)), *flt.terms]
-    if tx.dialect != "postgresql":
-        # FTS5 yields rowids in order, so the page is read newest first without a sort; under a
-        # bound, the rowid range stops the walk at the oldest message it may read.
-        match: list[str] = ["f.message_fts MATCH ?"]
-        match_args: list[Any] = [_fts5_query(terms)]
-        if floor is not None:
-            match.append("f.rowid >= ?")
-            match_args.append(doc_id_base(floor))
-        source = "message_fts f JOIN message_search s ON s.doc_id = f.rowid JOIN messages m ON m.id = s.message_id"
-        return Query(source, [*match, *where], [*match_args, *args], "f.rowid DESC", floor)
-    # PostgreSQL: a few matches are fetched from the GIN index and sorted; many are better found
-    # by walking the mailbox newest first until a page is full. Counting the mailbox's matches
-    # first decides. The tsquery and the mailbox go into the SQL text as literals: asyncpg keeps
-    # prepared statements, and PostgreSQL's generic plan for a parameter tsquery knows nothing
-    # of the word and may pick a sequential scan (docs/performance.md, "Search and waits").
-    literal = _literal(_tsquery(flt.terms))
-    matches = await tx.fetch(
-        f"SELECT message_id FROM message_search WHERE terms @@ CAST({literal} AS tsquery) "
-        f"AND mailbox_id = {_literal(_uuid(mailbox_id))} LIMIT {FEW_MATCHES + 1}"
+        params["tag"] = flt.tag
+    tag: Literal["", "driven", "exists"] = "" if not flt.tag else "exists" if flt.terms else "driven"
+    words: Literal["", "fts5", "hits", "walk"] = ""
+    if flt.terms:
+        terms = [Term(mailbox_term(mailbox_id)), *flt.terms]
+        if tx.dialect != "postgresql":
+            # FTS5 yields rowids in order, so the page is read newest first without a sort; under
+            # a bound, the rowid range stops the walk at the oldest message it may read.
+            words = "fts5"
+            params["words"] = _words(tx.dialect, terms)
+            if floor is not None:
+                params["fts_floor"] = doc_id_base(floor)
+        else:
+            # PostgreSQL: a few matches are fetched from the GIN index and sorted; many are better
+            # found by walking the mailbox newest first until a page is full. Counting the
+            # mailbox's matches first decides. Both statements that take the tsquery are planned
+            # for it at each call (`replan`): a generic plan knows nothing of the words and may
+            # pick a sequential scan (docs/performance.md, "Search and waits").
+            params["words"] = _words(tx.dialect, flt.terms)
+            matches = await tx.fetch(_MATCHES, words=params["words"], mailbox=mailbox_id)
+            if len(matches) <= FEW_MATCHES:
+                # Driven from the matches (a parameter array: no plan can guess its length, and
+                # from them any plan is a few key lookups and a small sort).
+                words = "hits"
+                del params["words"]
+                params["hits"] = [r[0] for r in matches]
+            else:
+                words = "walk"
+    shape = Shape(
+        from_=from_,
+        subject=subject,
+        unread=flt.unread is not None,
+        since=flt.since is not None,
+        until=flt.until is not None,
+        to=bool(flt.to),
+        has_attachments=flt.has_attachments is not None,
+        floor=floor is not None,
+        tag=tag,
+        words=words,
     )
-    if len(matches) <= FEW_MATCHES:
-        # Driven from the matches (a parameter array: no plan can guess its length, and from
-        # them any plan is a few key lookups and a small sort).
-        source = "unnest(CAST(? AS text[])) AS hit(id) JOIN messages m ON m.id = hit.id" + join
-        return Query(source, where, [[r[0] for r in matches], *args], ordered, floor)
-    source = "messages m JOIN message_search s ON s.message_id = m.id"
-    return Query(source, [*where, f"s.terms @@ CAST({literal} AS tsquery)"], args, ordered, floor)
+    return Query(shape, params, floor)
 
 
-def _literal(text: str) -> str:
-    if "?" in text:  # `?` is our placeholder (store/postgres.py rewrites it); words never hold one
-        raise ValueError("a SQL literal may not hold a question mark")
-    return "'" + text.replace("'", "''") + "'"
+def replans(shape: Shape) -> bool:
+    """Whether a page of this shape takes the tsquery, so is planned for it at each call."""
+    return shape.words == "walk"
 
 
-def _uuid(value: str) -> str:
-    if not all(c in "0123456789abcdef-" for c in value):
-        raise ValueError("not a lowercase UUID")
-    return value
-
-
-def conditions(dialect: str, flt: MessageFilter) -> tuple[str, list[str], list[Any]]:
-    """(join, extra WHERE conditions, their arguments) for `flt` on `messages m`, full text
-    aside (`query` adds it)."""
-    where: list[str] = []
-    args: list[Any] = []
-    if flt.from_:
-        sql, more = _text_match(dialect, ("m.from_header", "m.sender"), flt.from_)
-        where.append(sql)
-        args += more
-    if flt.subject:
-        sql, more = _text_match(dialect, ("m.subject",), flt.subject)
-        where.append(sql)
-        args += more
-    if flt.unread is not None:
-        where.append("m.is_read = ?")
-        args.append(0 if flt.unread else 1)
-    if flt.since is not None:
-        where.append("m.created_at >= ?")
-        args.append(flt.since)
-    if flt.until is not None:
-        where.append("m.created_at < ?")
-        args.append(flt.until)
-    if not (flt.to or flt.has_attachments is not None):
-        return "", where, args
-    if flt.to:
+def _conditions(shape: Shape) -> list[sa.ColumnElement[bool]]:
+    """The filters' conditions on `messages m` (and `message_search s`), full text aside."""
+    where: list[sa.ColumnElement[bool]] = []
+    if shape.from_:
+        where.append(_contains(shape.from_, (M.c.from_header, M.c.sender), "from_pattern"))
+    if shape.subject:
+        where.append(_contains(shape.subject, (M.c.subject,), "subject_pattern"))
+    if shape.unread:
+        where.append(M.c.is_read == sa.bindparam("unread"))
+    where += _range(M, shape.since, shape.until)
+    if shape.to:
         # Stored lowercase, so a plain LIKE is case-insensitive on both databases.
-        where.append("s.recipients LIKE ? ESCAPE '\\'")
-        args.append(_like(flt.to))
-    if flt.has_attachments is not None:
-        where.append("s.has_attachments = ?")
-        args.append(1 if flt.has_attachments else 0)
-    return " JOIN message_search s ON s.message_id = m.id", where, args
+        where.append(S.c.recipients.like(sa.bindparam("to_pattern"), escape="\\"))
+    if shape.has_attachments:
+        where.append(S.c.has_attachments == sa.bindparam("has_attachments"))
+    if shape.floor:
+        where.append(M.c.created_at >= sa.bindparam("floor"))
+    return where
+
+
+def page_parts(shape: Shape) -> tuple[Any, list[sa.ColumnElement[bool]], list[sa.ColumnElement[Any]]]:
+    """(FROM, WHERE conditions, ORDER BY) of a list of this shape over `messages m` (`M`); the
+    caller adds the mailbox and liveness conditions and the page's LIMIT and OFFSET."""
+    where = _conditions(shape)
+    newest_first: list[sa.ColumnElement[Any]] = [M.c.created_at.desc(), M.c.id.desc()]
+
+    def with_search(source: Any) -> Any:
+        return source.join(S, S.c.message_id == M.c.id) if shape.to or shape.has_attachments else source
+
+    if shape.tag == "driven":
+        # Driven from the tag's index entries, newest first: a page reads only tagged messages.
+        source = with_search(T.join(M, M.c.id == T.c.message_id))
+        where = [T.c.mailbox_id == sa.bindparam("mailbox"), T.c.tag == sa.bindparam("tag"), *where]
+        tag_order: list[sa.ColumnElement[Any]] = [T.c.created_at.desc(), T.c.message_id.desc()]
+        return source, where, tag_order
+    if shape.tag == "exists":
+        tagged: sa.Select[Any] = sa.select(sa.literal_column("1")).select_from(T)
+        where.append(tagged.where(T.c.message_id == M.c.id, T.c.tag == sa.bindparam("tag")).exists())
+    if shape.words == "fts5":
+        source = F.join(S, S.c.doc_id == F.c.rowid).join(M, M.c.id == S.c.message_id)
+        match = [_words_match("sqlite")]
+        if shape.floor:
+            match.append(F.c.rowid >= sa.bindparam("fts_floor"))
+        rowids: list[sa.ColumnElement[Any]] = [F.c.rowid.desc()]
+        return source, [*match, *where], rowids
+    if shape.words == "hits":
+        hit = (
+            sa.func.unnest(sa.cast(sa.bindparam("hits"), ARRAY(sa.Text))).table_valued("id").render_derived(name="hit")
+        )
+        return with_search(hit.join(M, M.c.id == hit.c.id)), where, newest_first
+    if shape.words == "walk":
+        return M.join(S, S.c.message_id == M.c.id), [*where, _words_match("postgresql")], newest_first
+    return with_search(M), where, newest_first
+
+
+_PENDING_ALL = Statement(
+    sa.select(messages.c.id, messages.c.mailbox_id, messages.c.size, messages.c.created_at)
+    .where(messages.c.indexed == 0, messages.c.deleted == 0)
+    .order_by(messages.c.created_at)
+    .limit(sa.bindparam("limit"))
+)
+_PENDING_SETTLED = Statement(
+    sa.select(messages.c.id, messages.c.mailbox_id, messages.c.size, messages.c.created_at)
+    .where(
+        messages.c.indexed == 0,
+        messages.c.deleted == 0,
+        sa.or_(messages.c.created_at < sa.bindparam("settled_before"), one_of(messages.c.id, "own")),
+    )
+    .order_by(messages.c.created_at)
+    .limit(sa.bindparam("limit"))
+)
 
 
 async def pending(tx: Tx, *, limit: int, own: Sequence[str] = (), settled_before: float | None = None) -> list[Pending]:
     """Messages waiting to be indexed, oldest first: those of `own`, and any stored before
     `settled_before` (every one when it is None)."""
     if settled_before is None:
-        which, args = "", []
+        rows = await tx.fetch(_PENDING_ALL, limit=limit)
     else:
-        marks = ", ".join("?" for _ in own) or "NULL"
-        which, args = f" AND (created_at < ? OR id IN ({marks}))", [settled_before, *own]
-    rows = await tx.fetch(
-        f"SELECT id, mailbox_id, size, created_at FROM messages WHERE indexed = 0 AND deleted = 0{which} "
-        "ORDER BY created_at LIMIT ?",
-        *args,
-        limit,
-    )
+        rows = await tx.fetch(_PENDING_SETTLED, settled_before=settled_before, own=own, limit=limit)
     return [Pending(r[0], r[1], r[2], r[3]) for r in rows]
 
 
@@ -282,6 +422,13 @@ class Source(NamedTuple):
     envelope: str | None
 
 
+_SOURCES = Statement(
+    sa.select(M.c.id, M.c.source_id, M.c.subject, M.c.from_header, M.c.sender, mailboxes.c.address, M.c.envelope)
+    .select_from(M.join(mailboxes, mailboxes.c.id == M.c.mailbox_id))
+    .where(M.c.deleted == 0, one_of(M.c.id, "ids"))
+)
+
+
 async def sources(tx: Tx, message_ids: Sequence[str]) -> list[Source]:
     """The `Source` of each message still there.
 
@@ -289,13 +436,7 @@ async def sources(tx: Tx, message_ids: Sequence[str]) -> list[Source]:
     """
     if not message_ids:
         return []
-    marks = ", ".join("?" for _ in message_ids)
-    rows = await tx.fetch(
-        "SELECT m.id, m.source_id, m.subject, m.from_header, m.sender, b.address, m.envelope FROM messages m "
-        "JOIN mailboxes b ON b.id = m.mailbox_id "
-        f"WHERE m.deleted = 0 AND m.id IN ({marks})",
-        *message_ids,
-    )
+    rows = await tx.fetch(_SOURCES, ids=message_ids)
     out: list[Source] = []
     for row in rows:
         raw = await tx.fetch_blob("message_sources", "raw", "id", row[1])
@@ -304,30 +445,57 @@ async def sources(tx: Tx, message_ids: Sequence[str]) -> list[Source]:
     return out
 
 
+_SET_INDEXED = Statement(sa.update(messages).where(messages.c.id == sa.bindparam("id")).values(indexed=1))
+
+
 async def mark_unindexable(tx: Tx, message_ids: Sequence[str]) -> None:
     """Messages whose source is gone (deleted meanwhile): nothing to index."""
-    await tx.executemany("UPDATE messages SET indexed = 1 WHERE id = ?", [(i,) for i in message_ids])
+    await tx.executemany(_SET_INDEXED, [{"id": i} for i in message_ids])
 
 
-# PostgreSQL's `save` of a batch in one statement: the flag update claims the messages, and only
-# the claimed get a row. Words are letters and digits separated by spaces; the tsvector keeps each
-# once, and none longer than a query can name.
-_SAVE_POSTGRES = f"""
-WITH claimed AS (
-    UPDATE messages SET indexed = 1
-    WHERE id = ANY(CAST(? AS text[])) AND indexed = 0 AND deleted = 0
-    RETURNING id
+def _save_postgres() -> Any:
+    """PostgreSQL's `save` of a batch in one statement: the flag update claims the messages, and
+    only the claimed get a row. Words are letters and digits separated by spaces; the tsvector
+    keeps each once, and none longer than a query can name."""
+    claimed = (
+        sa.update(messages)
+        .where(one_of(messages.c.id, "ids"), messages.c.indexed == 0, messages.c.deleted == 0)
+        .values(indexed=1)
+        .returning(messages.c.id)
+        .cte("claimed")
+    )
+    d = arrays(
+        "d", message_id=sa.Text, mailbox_id=sa.Text, recipients=sa.Text, has_attachments=sa.SmallInteger, terms=sa.Text
+    )
+    word = sa.func.unnest(sa.func.string_to_array(d.c.terms, " ")).table_valued("w").render_derived(name="words")
+    words = (
+        sa.select(sa.func.array_agg(word.c.w))
+        .where(word.c.w != "", sa.func.length(word.c.w) <= MAX_TERM_CHARS)
+        .scalar_subquery()
+    )
+    rows = sa.select(
+        d.c.message_id, d.c.mailbox_id, d.c.recipients, d.c.has_attachments, sa.func.array_to_tsvector(words)
+    ).select_from(d.join(claimed, claimed.c.id == d.c.message_id))
+    return (
+        sa.insert(message_search)
+        .from_select(["message_id", "mailbox_id", "recipients", "has_attachments", "terms"], rows)
+        .returning(message_search.c.mailbox_id)
+    )
+
+
+_SAVE_POSTGRES = Statement(postgresql=_save_postgres())
+_CLAIM = Statement(
+    sa.update(messages)
+    .where(messages.c.id == sa.bindparam("id"), messages.c.indexed == 0, messages.c.deleted == 0)
+    .values(indexed=1)
 )
-INSERT INTO message_search (message_id, mailbox_id, recipients, has_attachments, terms)
-SELECT d.message_id, d.mailbox_id, d.recipients, d.has_attachments,
-       array_to_tsvector(ARRAY(
-           SELECT w FROM unnest(string_to_array(d.terms, ' ')) AS w WHERE w <> '' AND length(w) <= {MAX_TERM_CHARS}
-       ))
-FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS smallint[]), CAST(? AS text[]))
-     AS d(message_id, mailbox_id, recipients, has_attachments, terms)
-JOIN claimed ON claimed.id = d.message_id
-RETURNING mailbox_id
-"""
+_DOC_ID_TAKEN = Statement(sa.select(sa.literal_column("1")).where(message_search.c.doc_id == sa.bindparam("doc_id")))
+_INSERT_SEARCH = Statement(
+    sa.insert(message_search).values(
+        values_of(message_search, "doc_id", "message_id", "mailbox_id", "recipients", "has_attachments")
+    )
+)
+_INSERT_FTS = Statement(sqlite=sa.insert(message_fts).values(rowid=sa.bindparam("doc_id"), terms=sa.bindparam("terms")))
 
 
 def _indexed_text(doc: Doc) -> str:
@@ -343,77 +511,90 @@ async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
         ids = [d.message_id for d in docs]
         rows = await tx.fetch(
             _SAVE_POSTGRES,
-            ids,
-            ids,
-            [d.mailbox_id for d in docs],
-            [d.recipients for d in docs],
-            [1 if d.has_attachments else 0 for d in docs],
-            [_indexed_text(d) for d in docs],
+            ids=ids,
+            d_message_id=ids,
+            d_mailbox_id=[d.mailbox_id for d in docs],
+            d_recipients=[d.recipients for d in docs],
+            d_has_attachments=[1 if d.has_attachments else 0 for d in docs],
+            d_terms=[_indexed_text(d) for d in docs],
         )
         return [r[0] for r in rows]
     done: list[str] = []
     for doc in docs:
         # The flag update is the claim: another process's indexer, or a delete that got here
         # first, leaves nothing to write.
-        if not await tx.execute(
-            "UPDATE messages SET indexed = 1 WHERE id = ? AND indexed = 0 AND deleted = 0", doc.message_id
-        ):
+        if not await tx.execute(_CLAIM, id=doc.message_id):
             continue
         doc_id = doc_id_base(doc.created_at)
-        while await tx.fetchval("SELECT 1 FROM message_search WHERE doc_id = ?", doc_id):
+        while await tx.fetchval(_DOC_ID_TAKEN, doc_id=doc_id):
             doc_id += 1  # copies stored in the same microsecond
         await tx.execute(
-            "INSERT INTO message_search (doc_id, message_id, mailbox_id, recipients, has_attachments) "
-            "VALUES (?, ?, ?, ?, ?)",
-            doc_id,
-            doc.message_id,
-            doc.mailbox_id,
-            doc.recipients,
-            1 if doc.has_attachments else 0,
+            _INSERT_SEARCH,
+            doc_id=doc_id,
+            message_id=doc.message_id,
+            mailbox_id=doc.mailbox_id,
+            recipients=doc.recipients,
+            has_attachments=1 if doc.has_attachments else 0,
         )
-        await tx.execute("INSERT INTO message_fts (rowid, terms) VALUES (?, ?)", doc_id, _indexed_text(doc))
+        await tx.execute(_INSERT_FTS, doc_id=doc_id, terms=_indexed_text(doc))
         done.append(doc.mailbox_id)
     return done
+
+
+def _doc_ids(where: sa.ColumnElement[bool]) -> Any:
+    return sa.select(message_search.c.doc_id).where(where)
+
+
+# The FTS5 rows go first (SQLite only: PostgreSQL's words are in `message_search` itself).
+_FORGET_FTS = Statement(
+    sqlite=sa.delete(message_fts).where(
+        message_fts.c.rowid == _doc_ids(message_search.c.message_id == sa.bindparam("id")).scalar_subquery()
+    )
+)
+_FORGET = Statement(sa.delete(message_search).where(message_search.c.message_id == sa.bindparam("id")))
+_FORGET_MAILBOX_FTS = Statement(
+    sqlite=sa.delete(message_fts).where(
+        message_fts.c.rowid.in_(_doc_ids(message_search.c.mailbox_id == sa.bindparam("mailbox")))
+    )
+)
+_FORGET_MAILBOX = Statement(sa.delete(message_search).where(message_search.c.mailbox_id == sa.bindparam("mailbox")))
 
 
 async def forget(tx: Tx, message_ids: Sequence[str]) -> None:
     """Take deleted or purged messages out of the index."""
     if not message_ids:
         return
-    rows = [(i,) for i in message_ids]
+    rows = [{"id": i} for i in message_ids]
     if tx.dialect != "postgresql":
-        await tx.executemany(
-            "DELETE FROM message_fts WHERE rowid = (SELECT doc_id FROM message_search WHERE message_id = ?)", rows
-        )
-    await tx.executemany("DELETE FROM message_search WHERE message_id = ?", rows)
+        await tx.executemany(_FORGET_FTS, rows)
+    await tx.executemany(_FORGET, rows)
 
 
 async def forget_mailbox(tx: Tx, mailbox_id: str) -> None:
     if tx.dialect != "postgresql":
-        await tx.execute(
-            "DELETE FROM message_fts WHERE rowid IN (SELECT doc_id FROM message_search WHERE mailbox_id = ?)",
-            mailbox_id,
-        )
-    await tx.execute("DELETE FROM message_search WHERE mailbox_id = ?", mailbox_id)
+        await tx.execute(_FORGET_MAILBOX_FTS, mailbox=mailbox_id)
+    await tx.execute(_FORGET_MAILBOX, mailbox=mailbox_id)
 
 
 # What the index rows hold and how they are keyed; a change of it rebuilds the index at start.
 FORMAT = "2"  # 2: FTS5 rowid from created_at, a mailbox word in every document
 
+_BUILT_BY = Statement(sa.select(meta.c.value).where(meta.c.key == "search_format"))
+_EMPTY_FTS = Statement(sqlite=sa.delete(message_fts))
+_EMPTY = Statement(sa.delete(message_search))
+_UNINDEX_ALL = Statement(sa.update(messages).where(messages.c.indexed == 1).values(indexed=0))
+_SET_META = upsert(meta, keys=["key"], update=["value"])
+
 
 async def rebuild_if_stale(tx: Tx) -> bool:
     """Empty the index and flag every message for indexing when it was built by another format;
     True when it did. A new database (no format recorded yet) only gets the mark: False."""
-    built_by = await tx.fetchval("SELECT value FROM meta WHERE key = 'search_format'")
+    built_by = await tx.fetchval(_BUILT_BY)
     if built_by == FORMAT:
         return False
     if tx.dialect != "postgresql":
-        await tx.execute("DELETE FROM message_fts")
-    await tx.execute("DELETE FROM message_search")
-    await tx.execute("UPDATE messages SET indexed = 0 WHERE indexed = 1")
-    await tx.execute(
-        "INSERT INTO meta (key, value) VALUES ('search_format', ?) ON CONFLICT (key) DO UPDATE SET value = ?",
-        FORMAT,
-        FORMAT,
-    )
+        await tx.execute(_EMPTY_FTS)
+    await tx.execute(_EMPTY)
+    await tx.execute(_UNINDEX_ALL)
+    await tx.execute(_SET_META, key="search_format", value=FORMAT)
     return built_by is not None

@@ -6,11 +6,65 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import sqlalchemy as sa
+
 from inboxd.model import WebSession
 from inboxd.store.db import Row, Tx
-from inboxd.store.users import USER_COLUMNS, user_from
+from inboxd.store.schema import sessions, users
+from inboxd.store.sql import Statement, one_of, param, values_of
+from inboxd.store.users import user_from, user_labelled
 
-_USER = ", ".join(f"u.{c} AS u_{c}" for c in USER_COLUMNS.split(", "))
+_s = sessions.alias("s")
+_u = users.alias("u")
+_by_id = sessions.c.id == param(sessions.c.id)
+
+INSERT = Statement(
+    sa.insert(sessions).values(
+        {**values_of(sessions, "id", "user_id", "csrf_token", "created_at", "last_seen_at", "expires_at"), "data": "{}"}
+    )
+)
+# The user's columns are null for a sign-in under way (no user yet).
+GET = Statement(
+    sa.select(
+        _s.c.id,
+        _s.c.csrf_token,
+        _s.c.data,
+        _s.c.created_at,
+        _s.c.last_seen_at,
+        _s.c.expires_at,
+        *user_labelled(_u, "u_"),
+    )
+    .select_from(_s.outerjoin(_u, _u.c.id == _s.c.user_id))
+    .where(_s.c.id == param(_s.c.id))
+)
+TOUCH = Statement(
+    sa.update(sessions)
+    .where(_by_id)
+    .values(last_seen_at=param(sessions.c.last_seen_at), expires_at=param(sessions.c.expires_at))
+)
+PUT_DATA = Statement(sa.update(sessions).where(_by_id).values(data=param(sessions.c.data)))
+DELETE = Statement(sa.delete(sessions).where(_by_id))
+DELETE_FOR_USER = Statement(
+    sa.delete(sessions).where(sessions.c.user_id == param(sessions.c.user_id)).returning(sessions.c.id)
+)
+SIGNED_IN = Statement(
+    sa.select(sessions.c.id).where(
+        one_of(sessions.c.id, "ids"), sessions.c.user_id.is_not(None), sessions.c.expires_at > sa.bindparam("now")
+    )
+)
+COUNT_FOR_USER = Statement(
+    sa.select(sa.func.count())
+    .select_from(sessions)
+    .where(sessions.c.user_id == param(sessions.c.user_id), sessions.c.expires_at > sa.bindparam("now"))
+)
+# In bounded batches, so one sweep never holds the writer long.
+DELETE_EXPIRED = Statement(
+    sa.delete(sessions).where(
+        sessions.c.id.in_(
+            sa.select(sessions.c.id).where(sessions.c.expires_at <= sa.bindparam("now")).limit(sa.bindparam("limit"))
+        )
+    )
+)
 
 
 def _session_from(row: Row) -> WebSession:
@@ -33,61 +87,49 @@ async def insert(
     tx: Tx, *, session_id: str, user_id: str | None, csrf_token: str, now: float, expires_at: float
 ) -> None:
     await tx.execute(
-        "INSERT INTO sessions (id, user_id, csrf_token, data, created_at, last_seen_at, expires_at) "
-        "VALUES (?, ?, ?, '{}', ?, ?, ?)",
-        session_id,
-        user_id,
-        csrf_token,
-        now,
-        now,
-        expires_at,
+        INSERT,
+        id=session_id,
+        user_id=user_id,
+        csrf_token=csrf_token,
+        created_at=now,
+        last_seen_at=now,
+        expires_at=expires_at,
     )
 
 
 async def get(tx: Tx, session_id: str) -> WebSession | None:
-    row = await tx.fetchrow(
-        f"SELECT s.id, s.csrf_token, s.data, s.created_at, s.last_seen_at, s.expires_at, {_USER} "
-        "FROM sessions s LEFT JOIN users u ON u.id = s.user_id WHERE s.id = ?",
-        session_id,
-    )
+    row = await tx.fetchrow(GET, id=session_id)
     return None if row is None else _session_from(row)
 
 
 async def touch(tx: Tx, session_id: str, *, now: float, expires_at: float) -> None:
-    await tx.execute("UPDATE sessions SET last_seen_at = ?, expires_at = ? WHERE id = ?", now, expires_at, session_id)
+    await tx.execute(TOUCH, last_seen_at=now, expires_at=expires_at, id=session_id)
 
 
 async def put_data(tx: Tx, session_id: str, data: dict[str, object]) -> None:
-    await tx.execute("UPDATE sessions SET data = ? WHERE id = ?", json.dumps(data), session_id)
+    await tx.execute(PUT_DATA, data=json.dumps(data), id=session_id)
 
 
 async def delete(tx: Tx, session_id: str) -> None:
-    await tx.execute("DELETE FROM sessions WHERE id = ?", session_id)
+    await tx.execute(DELETE, id=session_id)
 
 
 async def delete_for_user(tx: Tx, user_id: str) -> list[str]:
     """Delete every session of the user; the ids of those deleted."""
-    return [row[0] for row in await tx.fetch("DELETE FROM sessions WHERE user_id = ? RETURNING id", user_id)]
+    return [row[0] for row in await tx.fetch(DELETE_FOR_USER, user_id=user_id)]
 
 
 async def signed_in(tx: Tx, session_ids: Sequence[str], *, now: float) -> set[str]:
     """Those of `session_ids` that are signed-in sessions not yet expired."""
     if not session_ids:
         return set()
-    marks = ", ".join("?" * len(session_ids))
-    rows = await tx.fetch(
-        f"SELECT id FROM sessions WHERE id IN ({marks}) AND user_id IS NOT NULL AND expires_at > ?",
-        *session_ids,
-        now,
-    )
+    rows = await tx.fetch(SIGNED_IN, ids=session_ids, now=now)
     return {row[0] for row in rows}
 
 
 async def count_for_user(tx: Tx, user_id: str, *, now: float) -> int:
-    return int(await tx.fetchval("SELECT COUNT(*) FROM sessions WHERE user_id = ? AND expires_at > ?", user_id, now))
+    return int(await tx.fetchval(COUNT_FOR_USER, user_id=user_id, now=now))
 
 
 async def delete_expired(tx: Tx, *, now: float, limit: int = 1000) -> int:
-    return await tx.execute(
-        "DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE expires_at <= ? LIMIT ?)", now, limit
-    )
+    return await tx.execute(DELETE_EXPIRED, now=now, limit=limit)

@@ -10,12 +10,13 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from inboxd.errors import DuplicateKey, InsufficientStorage, StorageError
 from inboxd.store.db import MAX_BATCH, Row, Work, run_sync
+from inboxd.store.sql import Statement
 
 T = TypeVar("T")
 log = logging.getLogger("inboxd.store")
@@ -30,22 +31,45 @@ class _SqliteTx:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
 
-    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+    # A `Statement`'s named parameters become the tuple of its `?` (`Compiled.args`, which also
+    # makes a list parameter JSON, `store/sql.py`). A string takes `args` for its `?`.
+
+    async def fetch(self, sql: Statement | str, /, *args: Any, **params: Any) -> list[Row]:
+        if isinstance(sql, Statement):
+            c = sql.compiled("sqlite")
+            return self._conn.execute(c.sql, c.args(params)).fetchall()
         return self._conn.execute(sql, args).fetchall()
 
-    async def fetchrow(self, sql: str, *args: Any) -> Row | None:
-        row: Row | None = self._conn.execute(sql, args).fetchone()
+    async def fetchrow(self, sql: Statement | str, /, *args: Any, **params: Any) -> Row | None:
+        if isinstance(sql, Statement):
+            c = sql.compiled("sqlite")
+            row: Row | None = self._conn.execute(c.sql, c.args(params)).fetchone()
+        else:
+            row = self._conn.execute(sql, args).fetchone()
         return row
 
-    async def fetchval(self, sql: str, *args: Any) -> Any:
-        row = self._conn.execute(sql, args).fetchone()
+    async def fetchval(self, sql: Statement | str, /, *args: Any, **params: Any) -> Any:
+        if isinstance(sql, Statement):
+            c = sql.compiled("sqlite")
+            row = self._conn.execute(c.sql, c.args(params)).fetchone()
+        else:
+            row = self._conn.execute(sql, args).fetchone()
         return None if row is None else row[0]
 
-    async def execute(self, sql: str, *args: Any) -> int:
+    async def execute(self, sql: Statement | str, /, *args: Any, **params: Any) -> int:
+        if isinstance(sql, Statement):
+            c = sql.compiled("sqlite")
+            return self._conn.execute(c.sql, c.args(params)).rowcount
         return self._conn.execute(sql, args).rowcount
 
-    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self._conn.executemany(sql, rows)
+    async def executemany(
+        self, sql: Statement | str, rows: Iterable[Mapping[str, Any]] | Iterable[Sequence[Any]], /
+    ) -> None:
+        if isinstance(sql, Statement):
+            c = sql.compiled("sqlite")
+            self._conn.executemany(c.sql, map(c.args, rows))  # type: ignore[arg-type]
+        else:
+            self._conn.executemany(sql, rows)
 
     async def fetch_blob(self, table: str, column: str, key_column: str, key: Any) -> bytes | bytearray | None:
         row = self._conn.execute(f"SELECT rowid FROM {table} WHERE {key_column} = ?", (key,)).fetchone()

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import sqlalchemy as sa
+
 from inboxd.model import ApiToken, User
 from inboxd.store.db import Row, Tx
+from inboxd.store.schema import api_tokens, meta, users
+from inboxd.store.sql import Statement, param, upsert, values_of
+from inboxd.store.text_match import contains_pattern, like
 
-USER_COLUMNS = "id, email, plan, role, status, created_at"
-TOKEN_COLUMNS = "id, user_id, name, created_at, last_used_at, revoked_at, prefix"
+# What a `User` and an `ApiToken` are read from: every column of the user, the token's but its hash.
+USER = tuple(users.c)
+TOKEN = tuple(c for c in api_tokens.c if c.key != "token_hash")
 
 
 def user_from(row: Row, prefix: str = "") -> User:
@@ -34,25 +40,95 @@ def token_from(row: Row) -> ApiToken:
     )
 
 
+def user_labelled(table: sa.FromClause, prefix: str) -> list[sa.ColumnElement[Any]]:
+    """The user's columns of `table` (an alias of `users` in a join), named `prefix` + column,
+    for `user_from(row, prefix)`."""
+    return [table.c[c.key].label(prefix + c.key) for c in USER]
+
+
+_t = api_tokens.alias("t")
+_u = users.alias("u")
+
+INSERT_USER = Statement(sa.insert(users).values(values_of(users)))
+USER_BY_ID = Statement(sa.select(*USER).where(users.c.id == param(users.c.id)))
+USER_BY_EMAIL = Statement(sa.select(*USER).where(users.c.email == param(users.c.email)))
+# The row lock that serializes a user's count-then-insert work on PostgreSQL (`lock_user`).
+LOCK_USER = Statement(sa.select(users.c.id).where(users.c.id == param(users.c.id, "user_id")).with_for_update())
+COUNT_USERS = Statement(sa.select(sa.func.count()).select_from(users))
+SET_PLAN = Statement(sa.update(users).where(users.c.id == param(users.c.id)).values(plan=param(users.c.plan)))
+SET_STATUS = Statement(sa.update(users).where(users.c.id == param(users.c.id)).values(status=param(users.c.status)))
+SET_ROLE = Statement(sa.update(users).where(users.c.id == param(users.c.id)).values(role=param(users.c.role)))
+INSERT_TOKEN = Statement(
+    sa.insert(api_tokens).values(values_of(api_tokens, "id", "user_id", "name", "token_hash", "created_at", "prefix"))
+)
+TOKEN_WITH_USER = Statement(
+    sa.select(*(_t.c[c.key] for c in TOKEN), *user_labelled(_u, "u_"))
+    .select_from(_t.join(_u, _u.c.id == _t.c.user_id))
+    .where(_t.c.token_hash == param(_t.c.token_hash))
+)
+TOKENS_OF_USER = Statement(
+    sa.select(*TOKEN)
+    .where(api_tokens.c.user_id == param(api_tokens.c.user_id))
+    .order_by(api_tokens.c.created_at.desc(), api_tokens.c.id.desc())
+)
+COUNT_ACTIVE_TOKENS = Statement(
+    sa.select(sa.func.count())
+    .select_from(api_tokens)
+    .where(api_tokens.c.user_id == param(api_tokens.c.user_id), api_tokens.c.revoked_at.is_(None))
+)
+TOKEN_OF_USER = Statement(
+    sa.select(*TOKEN).where(
+        api_tokens.c.id == param(api_tokens.c.id), api_tokens.c.user_id == param(api_tokens.c.user_id)
+    )
+)
+TOKEN_REVOKED_AT = Statement(
+    sa.select(api_tokens.c.revoked_at).where(
+        api_tokens.c.id == param(api_tokens.c.id), api_tokens.c.user_id == param(api_tokens.c.user_id)
+    )
+)
+REVOKE_TOKEN = Statement(
+    sa.update(api_tokens)
+    .where(api_tokens.c.id == param(api_tokens.c.id))
+    .values(revoked_at=param(api_tokens.c.revoked_at))
+)
+# Never moves `last_used_at` backwards.
+TOUCH_TOKEN = Statement(
+    sa.update(api_tokens)
+    .where(
+        api_tokens.c.id == param(api_tokens.c.id),
+        sa.or_(api_tokens.c.last_used_at.is_(None), api_tokens.c.last_used_at < param(api_tokens.c.last_used_at)),
+    )
+    .values(last_used_at=param(api_tokens.c.last_used_at))
+)
+META = Statement(sa.select(meta.c.value).where(meta.c.key == param(meta.c.key)))
+PUT_META_IF_ABSENT = upsert(meta, keys=["key"])
+SEARCH_USERS = Statement(
+    sa.select(*USER)
+    .where(like(users.c.email, sa.bindparam("pattern")), users.c.email > sa.bindparam("after"))
+    .order_by(users.c.email)
+    .limit(sa.bindparam("limit"))
+)
+
+
 async def insert_user(tx: Tx, user: User) -> None:
     await tx.execute(
-        f"INSERT INTO users ({USER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-        user.id,
-        user.email,
-        user.plan,
-        user.role,
-        user.status,
-        user.created_at,
+        INSERT_USER,
+        id=user.id,
+        email=user.email,
+        plan=user.plan,
+        role=user.role,
+        status=user.status,
+        created_at=user.created_at,
     )
 
 
 async def get_user(tx: Tx, user_id: str) -> User | None:
-    row = await tx.fetchrow(f"SELECT {USER_COLUMNS} FROM users WHERE id = ?", user_id)
+    row = await tx.fetchrow(USER_BY_ID, id=user_id)
     return None if row is None else user_from(row)
 
 
 async def get_user_by_email(tx: Tx, email: str) -> User | None:
-    row = await tx.fetchrow(f"SELECT {USER_COLUMNS} FROM users WHERE email = ?", email)
+    row = await tx.fetchrow(USER_BY_EMAIL, email=email)
     return None if row is None else user_from(row)
 
 
@@ -62,103 +138,85 @@ async def lock_user(tx: Tx, user_id: str) -> None:
     SQLite has one writer, so its transactions never interleave; PostgreSQL needs the row lock.
     """
     if tx.dialect == "postgresql":
-        await tx.fetchval("SELECT id FROM users WHERE id = ? FOR UPDATE", user_id)
+        await tx.fetchval(LOCK_USER, user_id=user_id)
 
 
 async def count_users(tx: Tx) -> int:
-    return int(await tx.fetchval("SELECT COUNT(*) FROM users"))
+    return int(await tx.fetchval(COUNT_USERS))
 
 
 async def update_user(tx: Tx, user_id: str, *, plan: str | None, status: str | None) -> None:
     if plan is not None:
-        await tx.execute("UPDATE users SET plan = ? WHERE id = ?", plan, user_id)
+        await tx.execute(SET_PLAN, plan=plan, id=user_id)
     if status is not None:
-        await tx.execute("UPDATE users SET status = ? WHERE id = ?", status, user_id)
+        await tx.execute(SET_STATUS, status=status, id=user_id)
 
 
 async def insert_token(tx: Tx, token: ApiToken, token_hash: str) -> None:
     await tx.execute(
-        "INSERT INTO api_tokens (id, user_id, name, token_hash, created_at, prefix) VALUES (?, ?, ?, ?, ?, ?)",
-        token.id,
-        token.user_id,
-        token.name,
-        token_hash,
-        token.created_at,
-        token.prefix,
+        INSERT_TOKEN,
+        id=token.id,
+        user_id=token.user_id,
+        name=token.name,
+        token_hash=token_hash,
+        created_at=token.created_at,
+        prefix=token.prefix,
     )
 
 
 async def token_with_user(tx: Tx, token_hash: str) -> tuple[ApiToken, User] | None:
-    row = await tx.fetchrow(
-        "SELECT t.id, t.user_id, t.name, t.created_at, t.last_used_at, t.revoked_at, t.prefix, "
-        "u.id AS u_id, u.email AS u_email, u.plan AS u_plan, u.role AS u_role, "
-        "u.status AS u_status, u.created_at AS u_created_at "
-        "FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = ?",
-        token_hash,
-    )
+    row = await tx.fetchrow(TOKEN_WITH_USER, token_hash=token_hash)
     if row is None:
         return None
     return token_from(row), user_from(row, "u_")
 
 
 async def list_tokens(tx: Tx, user_id: str) -> list[ApiToken]:
-    rows = await tx.fetch(
-        f"SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE user_id = ? ORDER BY created_at DESC, id DESC",
-        user_id,
-    )
+    rows = await tx.fetch(TOKENS_OF_USER, user_id=user_id)
     return [token_from(r) for r in rows]
 
 
 async def count_active_tokens(tx: Tx, user_id: str) -> int:
-    return int(await tx.fetchval("SELECT COUNT(*) FROM api_tokens WHERE user_id = ? AND revoked_at IS NULL", user_id))
+    return int(await tx.fetchval(COUNT_ACTIVE_TOKENS, user_id=user_id))
 
 
 async def revoke_token(tx: Tx, user_id: str, token_id: str, now: float) -> bool:
-    row = await tx.fetchrow("SELECT revoked_at FROM api_tokens WHERE id = ? AND user_id = ?", token_id, user_id)
+    row = await tx.fetchrow(TOKEN_REVOKED_AT, id=token_id, user_id=user_id)
     if row is None:
         return False
     if row["revoked_at"] is None:
-        await tx.execute("UPDATE api_tokens SET revoked_at = ? WHERE id = ?", now, token_id)
+        await tx.execute(REVOKE_TOKEN, revoked_at=now, id=token_id)
     return True
 
 
 async def touch_tokens(tx: Tx, last_used: dict[str, float]) -> None:
     """Write coalesced `last_used_at` values; never moves one backwards."""
-    await tx.executemany(
-        "UPDATE api_tokens SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)",
-        [(ts, token_id, ts) for token_id, ts in last_used.items()],
-    )
+    await tx.executemany(TOUCH_TOKEN, [{"last_used_at": ts, "id": token_id} for token_id, ts in last_used.items()])
 
 
 async def get_meta(tx: Tx, key: str) -> str | None:
-    value: Any = await tx.fetchval("SELECT value FROM meta WHERE key = ?", key)
+    value: Any = await tx.fetchval(META, key=key)
     return None if value is None else str(value)
 
 
 async def put_meta_if_absent(tx: Tx, key: str, value: str) -> str:
-    await tx.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", key, value)
+    await tx.execute(PUT_META_IF_ABSENT, key=key, value=value)
     stored = await get_meta(tx, key)
     assert stored is not None
     return stored
 
 
 async def update_role(tx: Tx, user_id: str, role: str) -> None:
-    await tx.execute("UPDATE users SET role = ? WHERE id = ?", role, user_id)
+    await tx.execute(SET_ROLE, role=role, id=user_id)
 
 
 async def search_users(tx: Tx, *, query: str, after: str, limit: int) -> list[User]:
     """Users whose email contains `query`, by email, after the email `after` (keyset)."""
-    pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    rows = await tx.fetch(
-        f"SELECT {USER_COLUMNS} FROM users WHERE email LIKE ? ESCAPE '\\' AND email > ? ORDER BY email LIMIT ?",
-        pattern,
-        after,
-        limit,
-    )
+    rows = await tx.fetch(SEARCH_USERS, pattern=contains_pattern(query), after=after, limit=limit)
     return [user_from(r) for r in rows]
 
 
 async def get_token(tx: Tx, user_id: str, token_id: str) -> ApiToken | None:
     """The user's token `token_id`, revoked or not; None when the user has no such token."""
-    row = await tx.fetchrow(f"SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE id = ? AND user_id = ?", token_id, user_id)
+    row = await tx.fetchrow(TOKEN_OF_USER, id=token_id, user_id=user_id)
     return None if row is None else token_from(row)

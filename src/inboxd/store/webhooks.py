@@ -5,9 +5,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
 
 from inboxd.model import Delivery, Webhook
+from inboxd.store import users as user_store
 from inboxd.store.db import Row, Tx
+from inboxd.store.schema import users, webhook_deliveries, webhook_jobs, webhooks
+from inboxd.store.sql import Statement, one_of, param, values_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,21 +35,26 @@ async def active_ids_for_users(tx: Tx, user_ids: Sequence[str], event_type: str)
     """
     if not user_ids:
         return {}
-    marks = ", ".join("?" for _ in user_ids)
-    rows = await tx.fetch(ACTIVE_FOR_USERS.format(users=f"IN ({marks})"), *user_ids)
+    rows = await tx.fetch(ACTIVE_OF_USERS, users=user_ids)
     return subscribed(rows, event_type)
 
 
-# The webhooks that fire for the users named by `{users}` (a condition on `w.user_id`): id,
-# user_id, events. Also a part of PostgreSQL's one-statement ingest (`messages.insert_charged`).
-ACTIVE_FOR_USERS = (
-    "SELECT w.id, w.user_id, w.events FROM webhooks w JOIN users u ON u.id = w.user_id "
-    "WHERE w.status = 'active' AND u.plan = 'pro' AND u.status = 'active' AND w.user_id {users}"
-)
+def active_hooks(users_param: str) -> sa.Select[Any]:
+    """The webhooks that fire for the users of the list parameter `users_param`: id, user_id,
+    events. Also a part of PostgreSQL's one-statement ingest (`messages.insert_charged`)."""
+    w, u = webhooks.alias("w"), users.alias("u")
+    return (
+        sa.select(w.c.id, w.c.user_id, w.c.events)
+        .select_from(w.join(u, u.c.id == w.c.user_id))
+        .where(w.c.status == "active", u.c.plan == "pro", u.c.status == "active", one_of(w.c.user_id, users_param))
+    )
+
+
+ACTIVE_OF_USERS = Statement(active_hooks("users"))
 
 
 def subscribed(rows: Sequence[Row], event_type: str) -> dict[str, list[str]]:
-    """Rows of `ACTIVE_FOR_USERS` subscribed to `event_type`: their ids by user."""
+    """Rows of `active_hooks` subscribed to `event_type`: their ids by user."""
     found: dict[str, list[str]] = {}
     quoted = f'"{event_type}"'
     for row in rows:
@@ -52,18 +63,59 @@ def subscribed(rows: Sequence[Row], event_type: str) -> dict[str, list[str]]:
     return found
 
 
+INSERT_JOB = Statement(
+    sa.insert(webhook_jobs).values(
+        {
+            **values_of(webhook_jobs, "id", "webhook_id", "event_id", "event_type", "payload", "event_at", "due_at"),
+            "attempt": 0,
+            "claimed_until": 0,
+        }
+    )
+)
+
+
 async def insert_jobs(tx: Tx, jobs: Sequence[NewJob]) -> None:
     await tx.executemany(
-        "INSERT INTO webhook_jobs (id, webhook_id, event_id, event_type, payload, attempt, event_at, due_at, "
-        "claimed_until) VALUES (?, ?, ?, ?, ?, 0, ?, ?, 0)",
-        [(j.id, j.webhook_id, j.event_id, j.event_type, j.payload, j.event_at, j.due_at) for j in jobs],
+        INSERT_JOB,
+        [
+            {
+                "id": j.id,
+                "webhook_id": j.webhook_id,
+                "event_id": j.event_id,
+                "event_type": j.event_type,
+                "payload": j.payload,
+                "event_at": j.event_at,
+                "due_at": j.due_at,
+            }
+            for j in jobs
+        ],
     )
 
 
 # --- webhooks -------------------------------------------------------------------------------
 
-COLUMNS = "id, user_id, url, events, secret, status, failure_count, last_triggered_at, created_at"
-DELIVERY_COLUMNS = "id, webhook_id, event_type, event_id, status_code, error, attempt, duration_ms, created_at"
+_w = webhooks.c
+_d = webhook_deliveries.c
+_j = webhook_jobs.c
+_by_id = _w.id == param(_w.id)
+_of_user = _w.user_id == param(_w.user_id)
+
+COUNT_OF_USER = Statement(sa.select(sa.func.count()).select_from(webhooks).where(_of_user))
+INSERT = Statement(sa.insert(webhooks).values(values_of(webhooks)))
+OF_USER = Statement(sa.select(webhooks).where(_of_user).order_by(_w.created_at.desc(), _w.id.desc()))
+ONE_OF_USER = Statement(sa.select(webhooks).where(_by_id, _of_user))
+DELETE_OF_USER = Statement(sa.delete(webhooks).where(_by_id, _of_user))
+DELETE_JOBS_OF = Statement(sa.delete(webhook_jobs).where(_j.webhook_id == param(_j.webhook_id)))
+DELETE_DELIVERIES_OF = Statement(sa.delete(webhook_deliveries).where(_d.webhook_id == param(_d.webhook_id)))
+SECRETS = Statement(sa.select(_w.id, _w.secret))
+SET_SECRET = Statement(sa.update(webhooks).where(_by_id).values(secret=param(_w.secret)))
+ROTATE = Statement(sa.update(webhooks).where(_by_id, _of_user).values(secret=param(_w.secret), failure_count=0))
+RECENT_DELIVERIES = Statement(
+    sa.select(webhook_deliveries)
+    .where(_d.webhook_id == param(_d.webhook_id))
+    .order_by(_d.created_at.desc(), _d.attempt.desc(), _d.id.desc())
+    .limit(sa.bindparam("limit"))
+)
 
 
 def webhook_from(row: Row) -> Webhook:
@@ -96,72 +148,62 @@ def delivery_from(row: Row) -> Delivery:
 
 async def insert_if_below(tx: Tx, webhook: Webhook, *, limit: int) -> bool:
     """Insert unless the user already has `limit` webhooks; the count and insert share one lock."""
-    if tx.dialect == "postgresql":
-        # Concurrent creates of one user queue on the user row, so the cap cannot be overshot.
-        await tx.execute("SELECT id FROM users WHERE id = ? FOR UPDATE", webhook.user_id)
-    count = int(await tx.fetchval("SELECT COUNT(*) FROM webhooks WHERE user_id = ?", webhook.user_id))
+    # Concurrent creates of one user queue on the user row, so the cap cannot be overshot.
+    await user_store.lock_user(tx, webhook.user_id)
+    count = int(await tx.fetchval(COUNT_OF_USER, user_id=webhook.user_id))
     if count >= limit:
         return False
     await tx.execute(
-        f"INSERT INTO webhooks ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        webhook.id,
-        webhook.user_id,
-        webhook.url,
-        json.dumps(list(webhook.events)),
-        webhook.secret,
-        webhook.status,
-        webhook.failure_count,
-        webhook.last_triggered_at,
-        webhook.created_at,
+        INSERT,
+        id=webhook.id,
+        user_id=webhook.user_id,
+        url=webhook.url,
+        events=json.dumps(list(webhook.events)),
+        secret=webhook.secret,
+        status=webhook.status,
+        failure_count=webhook.failure_count,
+        last_triggered_at=webhook.last_triggered_at,
+        created_at=webhook.created_at,
     )
     return True
 
 
 async def list_for_user(tx: Tx, user_id: str) -> list[Webhook]:
-    rows = await tx.fetch(
-        f"SELECT {COLUMNS} FROM webhooks WHERE user_id = ? ORDER BY created_at DESC, id DESC", user_id
-    )
+    rows = await tx.fetch(OF_USER, user_id=user_id)
     return [webhook_from(r) for r in rows]
 
 
 async def get_for_user(tx: Tx, webhook_id: str, user_id: str) -> Webhook | None:
-    row = await tx.fetchrow(f"SELECT {COLUMNS} FROM webhooks WHERE id = ? AND user_id = ?", webhook_id, user_id)
+    row = await tx.fetchrow(ONE_OF_USER, id=webhook_id, user_id=user_id)
     return None if row is None else webhook_from(row)
 
 
 async def delete_for_user(tx: Tx, webhook_id: str, user_id: str) -> bool:
     """Remove the webhook with its queued jobs and its deliveries log."""
-    if not await tx.execute("DELETE FROM webhooks WHERE id = ? AND user_id = ?", webhook_id, user_id):
+    if not await tx.execute(DELETE_OF_USER, id=webhook_id, user_id=user_id):
         return False
-    await tx.execute("DELETE FROM webhook_jobs WHERE webhook_id = ?", webhook_id)
-    await tx.execute("DELETE FROM webhook_deliveries WHERE webhook_id = ?", webhook_id)
+    await tx.execute(DELETE_JOBS_OF, webhook_id=webhook_id)
+    await tx.execute(DELETE_DELIVERIES_OF, webhook_id=webhook_id)
     return True
 
 
 async def all_secrets(tx: Tx) -> list[tuple[str, str]]:
     """(id, stored secret) of every webhook: for sealing them again after a key change."""
-    return [(str(r["id"]), str(r["secret"])) for r in await tx.fetch("SELECT id, secret FROM webhooks")]
+    return [(str(r["id"]), str(r["secret"])) for r in await tx.fetch(SECRETS)]
 
 
 async def set_secret(tx: Tx, webhook_id: str, *, secret: str) -> None:
-    await tx.execute("UPDATE webhooks SET secret = ? WHERE id = ?", secret, webhook_id)
+    await tx.execute(SET_SECRET, secret=secret, id=webhook_id)
 
 
 async def rotate_for_user(tx: Tx, webhook_id: str, user_id: str, *, secret: str) -> bool:
     """A new secret, and a fresh start of the failure count (a disabled webhook stays disabled)."""
-    changed = await tx.execute(
-        "UPDATE webhooks SET secret = ?, failure_count = 0 WHERE id = ? AND user_id = ?", secret, webhook_id, user_id
-    )
+    changed = await tx.execute(ROTATE, secret=secret, id=webhook_id, user_id=user_id)
     return changed > 0
 
 
 async def recent_deliveries(tx: Tx, webhook_id: str, *, limit: int) -> list[Delivery]:
-    rows = await tx.fetch(
-        f"SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries WHERE webhook_id = ? "
-        "ORDER BY created_at DESC, attempt DESC, id DESC LIMIT ?",
-        webhook_id,
-        limit,
-    )
+    rows = await tx.fetch(RECENT_DELIVERIES, webhook_id=webhook_id, limit=limit)
     return [delivery_from(r) for r in rows]
 
 
@@ -190,6 +232,37 @@ class Claim:
     next_due: float | None
 
 
+_jj, _jw, _ju = webhook_jobs.alias("j"), webhooks.alias("w"), users.alias("u")
+# Due jobs with what their attempt needs; PostgreSQL's workers skip each other's (SKIP LOCKED),
+# SQLite's compiler writes no lock (its one writer runs claims one after another).
+DUE = Statement(
+    sa.select(
+        _jj.c.id,
+        _jj.c.webhook_id,
+        _jj.c.event_id,
+        _jj.c.event_type,
+        _jj.c.payload,
+        _jj.c.attempt,
+        _jj.c.event_at,
+        _jw.c.url,
+        _jw.c.secret,
+        _jw.c.status,
+        _ju.c.status.label("user_status"),
+    )
+    .select_from(_jj.outerjoin(_jw, _jw.c.id == _jj.c.webhook_id).outerjoin(_ju, _ju.c.id == _jw.c.user_id))
+    .where(_jj.c.due_at <= sa.bindparam("now"), _jj.c.claimed_until <= sa.bindparam("now"))
+    .order_by(_jj.c.due_at)
+    .limit(sa.bindparam("limit"))
+    .with_for_update(of=_jj, skip_locked=True)
+)
+DELETE_JOB = Statement(sa.delete(webhook_jobs).where(_j.id == param(_j.id)))
+SET_CLAIM = Statement(
+    sa.update(webhook_jobs).where(_j.id == param(_j.id)).values(claimed_until=param(_j.claimed_until))
+)
+NEXT_DUE = Statement(sa.select(_j.due_at).where(_j.claimed_until <= sa.bindparam("now")).order_by(_j.due_at).limit(1))
+RELEASE = Statement(sa.update(webhook_jobs).where(_j.id == param(_j.id)).values(claimed_until=0))
+
+
 async def claim_due(tx: Tx, *, now: float, limit: int, lease: float) -> Claim:
     """Claim up to `limit` due jobs until `now + lease`.
 
@@ -198,16 +271,7 @@ async def claim_due(tx: Tx, *, now: float, limit: int, lease: float) -> Claim:
     claim lapsed (its worker died mid-attempt) is due again. Jobs whose webhook is gone or
     disabled, or whose user is suspended, are dropped here.
     """
-    lock = " FOR UPDATE OF j SKIP LOCKED" if tx.dialect == "postgresql" else ""
-    rows = await tx.fetch(
-        "SELECT j.id, j.webhook_id, j.event_id, j.event_type, j.payload, j.attempt, j.event_at, "
-        "w.url, w.secret, w.status, u.status AS user_status FROM webhook_jobs j "
-        "LEFT JOIN webhooks w ON w.id = j.webhook_id LEFT JOIN users u ON u.id = w.user_id "
-        f"WHERE j.due_at <= ? AND j.claimed_until <= ? ORDER BY j.due_at LIMIT ?{lock}",
-        now,
-        now,
-        limit,
-    )
+    rows = await tx.fetch(DUE, now=now, limit=limit)
     jobs: list[ClaimedJob] = []
     dead: list[str] = []
     for row in rows:
@@ -228,28 +292,22 @@ async def claim_due(tx: Tx, *, now: float, limit: int, lease: float) -> Claim:
             )
         )
     if dead:
-        await tx.executemany("DELETE FROM webhook_jobs WHERE id = ?", [(i,) for i in dead])
+        await tx.executemany(DELETE_JOB, [{"id": i} for i in dead])
     if jobs:
-        await tx.executemany(
-            "UPDATE webhook_jobs SET claimed_until = ? WHERE id = ?", [(now + lease, j.id) for j in jobs]
-        )
-    next_due = await tx.fetchval(
-        "SELECT due_at FROM webhook_jobs WHERE claimed_until <= ? ORDER BY due_at LIMIT 1", now
-    )
+        await tx.executemany(SET_CLAIM, [{"claimed_until": now + lease, "id": j.id} for j in jobs])
+    next_due = await tx.fetchval(NEXT_DUE, now=now)
     return Claim(jobs=jobs, next_due=next_due)
 
 
 async def next_due(tx: Tx, *, now: float) -> float | None:
     """When the earliest unclaimed job falls due (None: none waits); a read, for idle polling."""
-    due: float | None = await tx.fetchval(
-        "SELECT due_at FROM webhook_jobs WHERE claimed_until <= ? ORDER BY due_at LIMIT 1", now
-    )
+    due: float | None = await tx.fetchval(NEXT_DUE, now=now)
     return due
 
 
 async def release(tx: Tx, job_ids: Sequence[str]) -> None:
     """Give claims back (an attempt cut short by shutdown): due again at once after a restart."""
-    await tx.executemany("UPDATE webhook_jobs SET claimed_until = 0 WHERE id = ?", [(i,) for i in job_ids])
+    await tx.executemany(RELEASE, [{"id": i} for i in job_ids])
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +320,32 @@ class Attempt:
     retry_at: float | None
 
 
+SUCCEEDED = Statement(
+    sa.update(webhooks).where(_by_id).values(failure_count=0, last_triggered_at=param(_w.last_triggered_at))
+)
+FAILED = Statement(sa.update(webhooks).where(_by_id).values(failure_count=_w.failure_count + 1))
+INSERT_DELIVERY = Statement(sa.insert(webhook_deliveries).values(values_of(webhook_deliveries)))
+FAILURES = Statement(sa.select(_w.failure_count, _w.status).where(_by_id))
+DISABLE = Statement(sa.update(webhooks).where(_by_id).values(status="disabled"))
+RETRY = Statement(
+    sa.update(webhook_jobs)
+    .where(_j.id == param(_j.id))
+    .values(attempt=param(_j.attempt), due_at=param(_j.due_at), claimed_until=0)
+)
+# The `created_at` of the newest delivery past the `keep` newest: that one and older go.
+PRUNE_CUTOFF = Statement(
+    sa.select(_d.created_at)
+    .where(_d.webhook_id == param(_d.webhook_id))
+    .order_by(_d.created_at.desc())
+    .limit(1)
+    .offset(sa.bindparam("keep"))
+)
+PRUNE = Statement(
+    sa.delete(webhook_deliveries).where(_d.webhook_id == param(_d.webhook_id), _d.created_at <= sa.bindparam("cutoff"))
+)
+QUEUE_DEPTH = Statement(sa.select(sa.func.count()).select_from(webhook_jobs))
+
+
 async def record_attempt(tx: Tx, attempt: Attempt, *, disable_after: int, keep: int) -> str:
     """Log the attempt and apply its consequences; returns what happened to the webhook:
     "ok", "failed", "disabled" or "gone" (deleted meanwhile: nothing is logged).
@@ -269,59 +353,48 @@ async def record_attempt(tx: Tx, attempt: Attempt, *, disable_after: int, keep: 
     job, d = attempt.job, attempt.delivery
     success = d.error is None
     if success:
-        changed = await tx.execute(
-            "UPDATE webhooks SET failure_count = 0, last_triggered_at = ? WHERE id = ?", d.created_at, job.webhook_id
-        )
+        changed = await tx.execute(SUCCEEDED, last_triggered_at=d.created_at, id=job.webhook_id)
     else:
-        changed = await tx.execute("UPDATE webhooks SET failure_count = failure_count + 1 WHERE id = ?", job.webhook_id)
+        changed = await tx.execute(FAILED, id=job.webhook_id)
     if not changed:
-        await tx.execute("DELETE FROM webhook_jobs WHERE id = ?", job.id)
+        await tx.execute(DELETE_JOB, id=job.id)
         return "gone"
     await tx.execute(
-        f"INSERT INTO webhook_deliveries ({DELIVERY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        d.id,
-        d.webhook_id,
-        d.event_type,
-        d.event_id,
-        d.status_code,
-        d.error,
-        d.attempt,
-        d.duration_ms,
-        d.created_at,
+        INSERT_DELIVERY,
+        id=d.id,
+        webhook_id=d.webhook_id,
+        event_type=d.event_type,
+        event_id=d.event_id,
+        status_code=d.status_code,
+        error=d.error,
+        attempt=d.attempt,
+        duration_ms=d.duration_ms,
+        created_at=d.created_at,
     )
     await _prune_deliveries(tx, job.webhook_id, keep=keep)
     if success:
-        await tx.execute("DELETE FROM webhook_jobs WHERE id = ?", job.id)
+        await tx.execute(DELETE_JOB, id=job.id)
         return "ok"
-    row = await tx.fetchrow("SELECT failure_count, status FROM webhooks WHERE id = ?", job.webhook_id)
+    row = await tx.fetchrow(FAILURES, id=job.webhook_id)
     assert row is not None
     if row["failure_count"] >= disable_after:
-        await tx.execute("UPDATE webhooks SET status = 'disabled' WHERE id = ?", job.webhook_id)
-        await tx.execute("DELETE FROM webhook_jobs WHERE webhook_id = ?", job.webhook_id)
+        await tx.execute(DISABLE, id=job.webhook_id)
+        await tx.execute(DELETE_JOBS_OF, webhook_id=job.webhook_id)
         return "disabled"
     if attempt.retry_at is None:
-        await tx.execute("DELETE FROM webhook_jobs WHERE id = ?", job.id)
+        await tx.execute(DELETE_JOB, id=job.id)
     else:
-        await tx.execute(
-            "UPDATE webhook_jobs SET attempt = ?, due_at = ?, claimed_until = 0 WHERE id = ?",
-            d.attempt,
-            attempt.retry_at,
-            job.id,
-        )
+        await tx.execute(RETRY, attempt=d.attempt, due_at=attempt.retry_at, id=job.id)
     return "failed"
 
 
 async def _prune_deliveries(tx: Tx, webhook_id: str, *, keep: int) -> None:
     """Keep the log to what the API shows (the newest `keep`), so it never grows without bound."""
-    cutoff = await tx.fetchval(
-        "SELECT created_at FROM webhook_deliveries WHERE webhook_id = ? ORDER BY created_at DESC LIMIT 1 OFFSET ?",
-        webhook_id,
-        keep,
-    )
+    cutoff = await tx.fetchval(PRUNE_CUTOFF, webhook_id=webhook_id, keep=keep)
     if cutoff is not None:
-        await tx.execute("DELETE FROM webhook_deliveries WHERE webhook_id = ? AND created_at <= ?", webhook_id, cutoff)
+        await tx.execute(PRUNE, webhook_id=webhook_id, cutoff=cutoff)
 
 
 async def queue_depth(tx: Tx) -> int:
     """Webhook jobs waiting, due now or scheduled for a retry (the metrics' queue depth)."""
-    return int(await tx.fetchval("SELECT count(*) FROM webhook_jobs"))
+    return int(await tx.fetchval(QUEUE_DEPTH))
