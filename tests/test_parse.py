@@ -15,6 +15,7 @@ import pytest
 
 from inboxd.mail.html_text import html_to_text
 from inboxd.mail.parse import (
+    MessageWalk,
     ParsedAttachment,
     ParsedMessage,
     Summary,
@@ -31,6 +32,17 @@ def parse(raw: bytes) -> ParsedMessage:
     """Parse both ways and check that the ingest summary agrees with the full parse."""
     parsed = parse_message(raw)
     assert parse_summary(raw) == parsed.summary
+    # Ingest's walk, handed to the search index after the summary, goes on from where the summary
+    # stopped and finds the bodies and attachments the full parse finds.
+    walk = MessageWalk(raw)
+    assert walk.summary() == parsed.summary
+    bodies = walk.bodies(len(raw) + 1)
+    assert (bodies.text_body, bodies.html_body, bodies.has_attachments) == (
+        parsed.text_body,
+        parsed.html_body,
+        bool(parsed.attachments),
+    )
+    assert bodies == body_prefixes(raw, len(raw) + 1)
     return parsed
 
 
@@ -690,3 +702,16 @@ def test_body_prefixes_render_to_and_cc_for_the_index() -> None:
         "Carol, C. <carol@corp.example>",
         "Dave <dave@example.net>",
     )
+
+
+def test_walk_handed_on_after_the_summary_decodes_past_the_summary_limit() -> None:
+    """The summary decodes at most 1 MiB of a body; the index asks for more of the same walk."""
+    line = "word " * 19 + "\r\n"
+    body = line * (1536 * 1024 // len(line))
+    raw = b"From: a@example.com\r\nTo: b@example.com\r\nSubject: big\r\n\r\n" + body.encode()
+    walk = MessageWalk(bytearray(raw))
+    assert walk.summary().preview_text.startswith("word word")
+    bodies = walk.bodies(2 * 1024 * 1024)
+    assert bodies.text_body == body
+    assert bodies.recipients == ("b@example.com",)
+    assert walk.bodies(1024).text_body == body_prefixes(raw, 1024).text_body == line * (1024 // len(line))

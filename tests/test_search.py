@@ -17,6 +17,10 @@ import psycopg
 import pytest
 
 from inboxd.app import Inboxd
+from inboxd.mail.parse import MessageWalk
+from inboxd.services.rawcodec import compress
+from inboxd.store import search
+from inboxd.worker.indexer import build_doc
 from tests.conftest import PG_URL, Harness, simple_message
 
 
@@ -307,6 +311,9 @@ async def test_deleted_mail_leaves_the_index_and_a_restart_catches_up(harness: H
     await indexed(harness, box, 5)
     await indexed(harness, other, 2)
     assert index_rows(harness) == 7
+    # Ingest handed each message's MIME walk to the indexer: none was read back to be parsed again.
+    assert harness.server._indexer is not None
+    assert (harness.server._indexer.handed, harness.server._indexer.read_back) == (7, 0)
     first = (await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())).json()
     victim = next(m for m in first["messages"] if m["subject"] == "Weekly digest")
     gone = await harness.http.delete(f"/api/accounts/{box['id']}/messages/{victim['id']}", headers=harness.auth())
@@ -323,6 +330,9 @@ async def test_deleted_mail_leaves_the_index_and_a_restart_catches_up(harness: H
     restarted = await restart(harness)
     assert await found_by(restarted, harness, box, "verif*") == ["Verify your account"]
     assert index_rows(harness) == 4
+    # Mail the indexer finds by itself is read back from the database and parsed there.
+    assert restarted._indexer is not None
+    assert (restarted._indexer.handed, restarted._indexer.read_back) == (0, 4)
 
     # An index of another format (an older inboxd) is rebuilt at start.
     await restarted.stop()
@@ -365,3 +375,15 @@ async def test_another_process_s_fresh_mail_is_left_to_it_until_settled(harness:
     other.wake([newest["id"]])  # what its ingest does after a commit
     assert await other.index_pending() == 1
     assert await listed(harness, box, q="wombat") == ["Handed over"]
+
+
+def test_the_walk_ingest_hands_over_indexes_as_the_stored_source_does() -> None:
+    """The indexer's two ways to a document (the walk ingest took the summary from, or the
+    compressed source read back and parsed again) give the same document."""
+    for msg in [*corpus(), message("Big", "many words\n" * 200_000)]:
+        raw = msg.as_bytes(policy=SMTP)
+        source = search.Source("m1", compress(raw), "subject", "from", "sender", "box@example.test", '["x@y.test"]')
+        pending = search.Pending("m1", "b1", len(raw), 1_700_000_000.0)
+        walk = MessageWalk(bytearray(raw))
+        walk.summary()
+        assert build_doc(source, pending, walk) == build_doc(source, pending)
