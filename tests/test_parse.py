@@ -715,3 +715,35 @@ def test_walk_handed_on_after_the_summary_decodes_past_the_summary_limit() -> No
     assert bodies.text_body == body
     assert bodies.recipients == ("b@example.com",)
     assert walk.bodies(1024).text_body == body_prefixes(raw, 1024).text_body == line * (1024 // len(line))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "text/plain",
+        "text/plain; charset=utf-8",
+        'text/plain; charset="UTF-8"',
+        "text/plain;charset=ISO-8859-1",
+        "text/plain ;\r\n charset = windows-1252",
+        "text/plain; format=flowed; charset=utf-8",
+        "text/plain; charset=utf-8; format=flowed",
+        "text/plain; charset*=utf-8''x",
+        "text/plain; charset*0=utf; charset*1=-8",
+        'text/plain; charset="utf-8',
+        'text/plain; charset="utf\\"-8"',
+        "text/plain; charset=utf-8;",
+        "text/plain; CHARSET=Big5",
+        "text/plain; charset=",
+        "text/plain (comment); charset=utf-8",
+        "garbage",
+        "",
+    ],
+)
+def test_the_plain_charset_fast_path_reads_what_compat32_reads(value: str) -> None:
+    from email.message import Message
+
+    from inboxd.mail.parse import _charset
+
+    headers = Message(policy=policy.compat32)
+    headers["Content-Type"] = value
+    assert _charset(headers) == headers.get_content_charset()

@@ -150,6 +150,11 @@ _HEADER_BLOCK = re.compile(rb"(?:(?:From |[\x21-\x39\x3b-\x7e]*:|[\t ])[^\n]*(?:
 # continuation lines before the first field match nothing, and are dropped as the feedparser drops them.
 _HEADER_FIELD = re.compile(r"^([\x21-\x39\x3b-\x7e]*):[ \t]*([^\n]*(?:\n[ \t][^\n]*)*)", re.MULTILINE)
 _NON_SPACE = re.compile(rb"\S")
+# A Content-Type of a type and at most a charset parameter, which nearly every text body has: its
+# charset is read without compat32's general parameter parser, a tenth of the summary's cost.
+_PLAIN_CONTENT_TYPE = re.compile(
+    r'\s*[\w.+-]+/[\w.+-]+\s*(?:;\s*charset\s*=\s*("?)([\w.:+-]+)\1\s*)?', re.ASCII | re.IGNORECASE
+)
 _LINE_BREAKS = re.compile(r"[\r\n]")
 
 
@@ -388,7 +393,7 @@ class _Leaf:
 
     def text(self, limit: int | None = None) -> str:
         try:
-            charset = self.headers.get_content_charset()
+            charset = _charset(self.headers)
         except Exception:
             charset = None
         return decode_body(self.payload(limit), charset)
@@ -523,6 +528,19 @@ def _multipart_spans(buf: bytes | bytearray, start: int, end: int, boundary: str
     if part_start >= 0:
         spans.append((part_start, end))
     return spans
+
+
+def _charset(headers: Message) -> str | None:
+    """What ``headers.get_content_charset()`` answers, without its parameter parser when the
+    Content-Type is plain."""
+    value = headers.get("content-type")
+    if value is None:
+        return None
+    plain = _PLAIN_CONTENT_TYPE.fullmatch(value) if isinstance(value, str) else None
+    if plain is None:
+        return headers.get_content_charset()
+    charset = plain[2]
+    return None if charset is None else charset.lower()
 
 
 def _content_type(headers: Message) -> str:

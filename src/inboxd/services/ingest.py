@@ -8,7 +8,6 @@ front end can change.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -19,6 +18,7 @@ import msgspec
 from inboxd.config import Settings
 from inboxd.errors import MessageRejected
 from inboxd.events import EventBus
+from inboxd.ids import random_hex, random_uuid
 from inboxd.mail.decoding import without_surrogates
 from inboxd.mail.parse import MessageWalk, Summary
 from inboxd.model import FaultSet, Mailbox, MessageSummary, NewMailEvent, iso
@@ -183,7 +183,7 @@ class IngestService:
         kept = None if envelope is None else _encode([storable(a) for a in envelope]).decode()
         copies = [self._copy(r, summary, sender=sender, size=size, now=now) for r in recipients]
         # One row of bytes for the delivery, however many mailboxes it reaches.
-        source_id = str(uuid.uuid4())
+        source_id = random_uuid()
         client_ip, helo = _storable_or_none(client_ip), _storable_or_none(helo)
         items = [
             message_store.NewMessage(
@@ -218,7 +218,7 @@ class IngestService:
         # Ingest's tags: the plus part first, then the X-Tags header (merged is cheap: a few short strings).
         kept = tags.merged(recipient.tags, tags.from_header(summary.x_tags)) if summary.x_tags or recipient.tags else ()
         return MessageSummary(
-            id=str(uuid.uuid4()),
+            id=random_uuid(),
             mailbox_id=recipient.mailbox.id,
             sender=storable(sender),
             from_=storable(summary.from_),
@@ -309,10 +309,10 @@ async def _store(
     jobs = []
     for event in events:
         for webhook_id in hooks.get(event.user_id, ()):
-            event_id = f"evt_{uuid.uuid4().hex}"
+            event_id = f"evt_{random_hex()}"
             jobs.append(
                 webhook_store.NewJob(
-                    id=str(uuid.uuid4()),
+                    id=random_uuid(),
                     webhook_id=webhook_id,
                     event_id=event_id,
                     event_type=EMAIL_RECEIVED,

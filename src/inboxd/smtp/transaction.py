@@ -12,13 +12,13 @@ import dataclasses
 import functools
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import TYPE_CHECKING
 
 from inboxd.errors import InboxdError, MessageRejected
+from inboxd.ids import random_hex
 from inboxd.model import FaultSet
 from inboxd.services.faults import NOTHING, Action, FaultService, first_action
 from inboxd.services.ingest import OFF_LOOP_BYTES, Recipient
@@ -196,7 +196,7 @@ class Transaction:
 
     def _start_data(self) -> None:
         self.reply(R.START_DATA)
-        self.queue_id = uuid.uuid4().hex[:16]
+        self.queue_id = random_hex(16)
         limit = self.server.settings.max_message_size
         # Room for the dots of a stuffed message of the largest size; more is answered 552 at its end.
         self.message = DataBuffer(self._received(self.queue_id), limit=limit + limit // 8 + 1024)
