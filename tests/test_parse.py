@@ -747,3 +747,14 @@ def test_the_plain_charset_fast_path_reads_what_compat32_reads(value: str) -> No
     headers = Message(policy=policy.compat32)
     headers["Content-Type"] = value
     assert _charset(headers) == headers.get_content_charset()
+
+
+@pytest.mark.parametrize("charset", [None, "utf-8", "UTF-8", "us-ascii", "utf8"])
+def test_a_utf8_body_loses_its_byte_order_mark_and_keeps_the_rest(charset: str | None) -> None:
+    body = "\ufeffcaf\u00e9 \u20ac".encode()
+    raw = single_part(charset, body + b"\r\n")
+    assert parse(raw).text_body == "caf\u00e9 \u20ac\r\n"
+    assert parse(single_part(charset, body[3:] + b"\r\n")).text_body == "caf\u00e9 \u20ac\r\n"
+    # A byte no UTF-8 holds: replaced under a declared charset, the whole body Latin-1 without one.
+    broken = parse(single_part(charset, b"caf\xe9\r\n")).text_body
+    assert broken == ("caf\u00e9\r\n" if charset is None else "caf\ufffd\r\n")

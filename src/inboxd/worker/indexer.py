@@ -36,6 +36,9 @@ from inboxd.tasks import cancel_and_wait
 log = logging.getLogger("inboxd.indexer")
 BATCH = 200
 POLL_INTERVAL = 5.0
+# Seconds the indexer waits after a wake before it reads what is waiting (well within the 2 s in
+# which mail is searchable).
+LINGER = 0.05
 SETTLE = 10.0
 OWN_LIMIT = 100_000
 # Sources ingest hands over with the ids (so the indexer need not read them back) are kept up to
@@ -86,12 +89,14 @@ class SearchIndexer:
         clock: Callable[[], float],
         batch: int = BATCH,
         interval: float = POLL_INTERVAL,
+        linger: float = LINGER,
     ) -> None:
         self._db = db
         self._bus = bus
         self._clock = clock
         self._batch = batch
         self._interval = interval
+        self._linger = linger
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         # Ids of mail this process stored and has not indexed yet, with what ingest handed over
@@ -158,6 +163,9 @@ class SearchIndexer:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._interval):
                     await self._wake.wait()
+            # Mail comes in bursts: what a moment brings is one batch (one read, one thread hop, one
+            # transaction) rather than a batch per commit.
+            await asyncio.sleep(self._linger)
 
     async def index_pending(self, *, everything: bool = False) -> int:
         """Index one batch of waiting messages (this process's own and settled ones, or with
