@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -431,5 +432,9 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
+# What no address on MAIL or RCPT may hold: whitespace (`\s` is `str.isspace`), angle brackets, controls.
+_IMPLAUSIBLE = re.compile(r"[\s<>\x00-\x1f]")
+
+
 def _plausible(address: str) -> bool:
-    return 0 < len(address) <= 320 and not any(c.isspace() or c in "<>" or ord(c) < 32 for c in address)
+    return 0 < len(address) <= 320 and _IMPLAUSIBLE.search(address) is None

@@ -144,6 +144,27 @@ def _settle(job: _Job, result: Any, error: BaseException | None) -> None:
         job.loop.call_soon_threadsafe(apply)
 
 
+def _settle_all(outcomes: list[tuple[_Job, Any, BaseException | None]]) -> None:
+    """`_settle` for a whole batch: one wake-up of each caller's loop, not one per job (each
+    costs the loop a syscall, and the writer thread the GIL handed back and forth)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, Any, BaseException | None]]] = {}
+    for outcome in outcomes:
+        by_loop.setdefault(outcome[0].loop, []).append(outcome)
+
+    def apply(settled: list[tuple[_Job, Any, BaseException | None]]) -> None:
+        for job, result, error in settled:
+            if job.future.done():
+                continue
+            if error is not None:
+                job.future.set_exception(error)
+            else:
+                job.future.set_result(result)
+
+    for loop, settled in by_loop.items():
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(apply, settled)
+
+
 class SqliteDatabase:
     """SQLite in WAL mode with `synchronous=FULL`: one group-committing writer thread, reads on the loop."""
 
@@ -282,8 +303,7 @@ class SqliteDatabase:
             for job in batch:
                 _settle(job, None, failure)
             return
-        for job, (result, error) in zip(batch, outcomes, strict=True):
-            _settle(job, result, error)
+        _settle_all([(job, result, error) for job, (result, error) in zip(batch, outcomes, strict=True)])
 
     async def close(self) -> None:
         with self._lock:
