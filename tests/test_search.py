@@ -387,3 +387,15 @@ def test_the_walk_ingest_hands_over_indexes_as_the_stored_source_does() -> None:
         walk = MessageWalk(bytearray(raw))
         walk.summary()
         assert build_doc(source, pending, walk) == build_doc(source, pending)
+
+
+async def test_copies_of_one_delivery_are_each_indexed(harness: Harness) -> None:
+    """One delivery to three mailboxes stores three copies in the same microsecond: each gets its
+    own index row (SQLite keys them by time, the next free id for each copy)."""
+    boxes = [await harness.new_mailbox() for _ in range(3)]
+    await harness.send([b["address"] for b in boxes], message("Shared", "the platypus swims\n"))
+    for box in boxes:
+        async with asyncio.timeout(10):
+            while await listed(harness, box, q="platypus") != ["Shared"]:
+                await asyncio.sleep(0.05)
+    assert index_rows(harness) == 3

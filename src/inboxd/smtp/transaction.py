@@ -38,6 +38,8 @@ class Transaction:
 
     declared_size: int | None = None
     queue_id = ""
+    # The session's `Received:` header up to the queue id, with what it was written from.
+    received_head: tuple[tuple[str | None, bool, bool, bool, str], str] | None = None
 
     if TYPE_CHECKING:
         # What the session (`smtp/session.py`) holds and does, as this part of it uses it.
@@ -370,36 +372,44 @@ class Transaction:
             metrics.smtp_bytes.inc(size)
             metrics.smtp_ingest.observe(seconds)
         if log.isEnabledFor(logging.INFO):
-            log.info(
-                "smtp transaction %s",
-                outcome,
-                extra={
-                    "fields": {
-                        "client": self.peer,
-                        "from": self.sender if self.sender is not None else "-",
-                        "mailbox": ",".join(r.mailbox.address for r in self.recipients) or "-",
-                        "size": size,
-                        "stage": stage,
-                        "reply": answer,
-                        "ms": round(seconds * 1000, 2),
-                    }
-                },
+            fields = {
+                "client": self.peer,
+                "from": self.sender if self.sender is not None else "-",
+                "mailbox": ",".join(r.mailbox.address for r in self.recipients) or "-",
+                "size": size,
+                "stage": stage,
+                "reply": answer,
+                "ms": round(seconds * 1000, 2),
+            }
+            # Made and handled as `log.info` would, without its look up the stack for the caller's
+            # file and line, which no formatter writes (`logs.py`; as `api/observe.py` does).
+            record = log.makeRecord(
+                log.name, logging.INFO, __file__, 0, "smtp transaction %s", (outcome,), None, extra={"fields": fields}
             )
+            log.handle(record)
 
     def _received(self, queue_id: str) -> bytes:
-        proto = "ESMTP" if self.esmtp else "SMTP"
-        if self.secure:
-            proto += "S"
-        if self.hooks.authenticated:
-            proto += "A"
         # RFC 5321 4.4: the recipient path as sent, when there is exactly one (never the sandbox's own address).
         single = f"\r\n\tfor <{self.envelope[0]}>" if len(self.envelope) == 1 else ""
         stamp = _date_of(int(time.time()))
+        return f"{self._received_head()}id {queue_id}{single}; {stamp}\r\n".encode("utf-8", "surrogateescape")
+
+    def _received_head(self) -> str:
+        """The `Received:` header up to the queue id: the same for every message of a session until
+        EHLO, STARTTLS or AUTH changes it, so it is written once, not per message."""
+        authenticated = self.hooks.authenticated
+        key = (self.helo, self.esmtp, self.secure, authenticated, self.peer)
+        if self.received_head is not None and self.received_head[0] == key:
+            return self.received_head[1]
+        proto = "ESMTP" if self.esmtp else "SMTP"
+        if self.secure:
+            proto += "S"
+        if authenticated:
+            proto += "A"
         helo = (self.helo or "unknown").replace("\r", "").replace("\n", "")
-        return (
-            f"Received: from {helo} ([{self.peer}])\r\n\tby {self.server.hostname} (inboxd) with {proto} "
-            f"id {queue_id}{single}; {stamp}\r\n"
-        ).encode("utf-8", "surrogateescape")
+        head = f"Received: from {helo} ([{self.peer}])\r\n\tby {self.server.hostname} (inboxd) with {proto} "
+        self.received_head = (key, head)
+        return head
 
 
 @functools.lru_cache(maxsize=2)
