@@ -351,54 +351,29 @@ async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
             [_indexed_text(d) for d in docs],
         )
         return [r[0] for r in rows]
-    return await _save_sqlite(tx, docs)
-
-
-async def _save_sqlite(tx: Tx, docs: Sequence[Doc]) -> list[str]:
-    """SQLite's `save` in a few statements for the batch, not four per message: each statement
-    hands the GIL to the event loop's thread and back while SQLite works."""
-    if not docs:
-        return []
-    ids = [d.message_id for d in docs]
-    # The flag update is the claim: another process's indexer, or a delete that got here first,
-    # leaves nothing to write.
-    claimed = {
-        r[0]
-        for r in await tx.fetch(
-            f"UPDATE messages SET indexed = 1 WHERE id IN ({', '.join('?' for _ in ids)}) "
-            "AND indexed = 0 AND deleted = 0 RETURNING id",
-            *ids,
-        )
-    }
-    mine = [d for d in docs if d.message_id in claimed]
-    if not mine:
-        return []
-    checked = {doc_id_base(d.created_at) for d in mine}
-    taken = {
-        r[0]
-        for r in await tx.fetch(
-            f"SELECT doc_id FROM message_search WHERE doc_id IN ({', '.join('?' for _ in checked)})", *checked
-        )
-    }
-    rows: list[tuple[int, str, str, str, int]] = []
-    terms: list[tuple[int, str]] = []
-    for doc in mine:
-        doc_id = doc_id_base(doc.created_at)
-        # Copies stored in the same microsecond take the next free ids.
-        while doc_id in taken or (
-            doc_id not in checked and await tx.fetchval("SELECT 1 FROM message_search WHERE doc_id = ?", doc_id)
+    done: list[str] = []
+    for doc in docs:
+        # The flag update is the claim: another process's indexer, or a delete that got here
+        # first, leaves nothing to write.
+        if not await tx.execute(
+            "UPDATE messages SET indexed = 1 WHERE id = ? AND indexed = 0 AND deleted = 0", doc.message_id
         ):
-            doc_id += 1
-        taken.add(doc_id)
-        rows.append((doc_id, doc.message_id, doc.mailbox_id, doc.recipients, 1 if doc.has_attachments else 0))
-        terms.append((doc_id, _indexed_text(doc)))
-    await tx.executemany(
-        "INSERT INTO message_search (doc_id, message_id, mailbox_id, recipients, has_attachments) "
-        "VALUES (?, ?, ?, ?, ?)",
-        rows,
-    )
-    await tx.executemany("INSERT INTO message_fts (rowid, terms) VALUES (?, ?)", terms)
-    return [d.mailbox_id for d in mine]
+            continue
+        doc_id = doc_id_base(doc.created_at)
+        while await tx.fetchval("SELECT 1 FROM message_search WHERE doc_id = ?", doc_id):
+            doc_id += 1  # copies stored in the same microsecond
+        await tx.execute(
+            "INSERT INTO message_search (doc_id, message_id, mailbox_id, recipients, has_attachments) "
+            "VALUES (?, ?, ?, ?, ?)",
+            doc_id,
+            doc.message_id,
+            doc.mailbox_id,
+            doc.recipients,
+            1 if doc.has_attachments else 0,
+        )
+        await tx.execute("INSERT INTO message_fts (rowid, terms) VALUES (?, ?)", doc_id, _indexed_text(doc))
+        done.append(doc.mailbox_id)
+    return done
 
 
 async def forget(tx: Tx, message_ids: Sequence[str]) -> None:
