@@ -1,10 +1,13 @@
 """The search indexer: fills `message_search` off the SMTP path.
 
 Ingest answers 250 without waiting for it; the indexer is woken after each commit with the new
-message ids (and looks on its own every few seconds), reads the messages still flagged
-`indexed = 0`, parses them in a thread and writes their rows in one transaction, then tells the
-bus which mailboxes gained indexed mail so waits on full-text filters look again. The flag lives
-in the database, so a restart simply carries on.
+messages (and looks on its own every few seconds), gathers what LINGER seconds bring, takes the
+messages still flagged `indexed = 0`, builds their documents in a thread and writes their rows
+in one transaction, then tells the bus which mailboxes gained indexed mail so waits on full-text
+filters look again. A message ingest handed over comes with the MIME walk its summary was taken
+from, which goes on where the summary stopped: it is neither read back, nor decompressed, nor
+parsed again. Others (too big to keep, left by a restart or another process) are read back and
+parsed. The flag lives in the database, so a restart simply carries on.
 
 Several processes on one database each index the mail they took themselves, and another's only
 once it is SETTLE seconds old (left behind by a process that stopped): each message is parsed
