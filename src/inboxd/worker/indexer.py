@@ -107,8 +107,8 @@ class SearchIndexer:
         # the same once settled.
         self._own: dict[str, Stored | None] = {}
         self._kept_bytes = 0
-        # Messages indexed from what ingest handed over, and read back from the database (tests
-        # and the bench read them).
+        # Messages indexed from what ingest handed over, and read back from the database (the
+        # tests read them: a message handed over must not be read back).
         self.handed = self.read_back = 0
 
     def wake(self, message_ids: Sequence[str] = ()) -> None:
