@@ -331,3 +331,15 @@ async def test_a_writer_task_that_dies_fails_every_write_at_once(pg: PostgresDat
     with pytest.raises(StorageError, match="writer stopped"):
         await asyncio.wait_for(pg.write(insert("later")), 1)
     assert await committed_values(pg) == []  # reads go on; nothing half-written was committed
+
+
+async def test_sqlite_writes_of_one_loop_turn_reach_the_writer_together(tmp_path: Path) -> None:
+    """The writes an event loop's turn makes are handed to the writer thread in one put (one
+    wake-up), and so commit as one batch, in the order they were made."""
+    async with fresh_store("sqlite", tmp_path) as (store, _):
+        assert isinstance(store, SqliteDatabase)
+        sizes: list[int] = []
+        store.on_batch = sizes.append
+        await asyncio.gather(*(store.write(insert(f"v{n:02d}")) for n in range(20)))
+        assert sizes == [20]
+        assert await committed_values(store) == [f"v{n:02d}" for n in range(20)]
