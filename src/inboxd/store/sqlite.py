@@ -10,7 +10,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,46 +32,33 @@ class _SqliteTx:
         self._conn = conn
 
     # A `Statement`'s named parameters become the tuple of its `?` (`Compiled.args`, which also
-    # makes a list parameter JSON, `store/sql.py`). A string takes `args` for its `?`.
+    # makes a list parameter JSON, `store/sql.py`).
 
-    async def fetch(self, sql: Statement | str, /, *args: Any, **params: Any) -> list[Row]:
-        if isinstance(sql, Statement):
-            c = sql.compiled("sqlite")
-            return self._conn.execute(c.sql, c.args(params)).fetchall()
-        return self._conn.execute(sql, args).fetchall()
+    async def fetch(self, statement: Statement, /, **params: Any) -> list[Row]:
+        c = statement.compiled("sqlite")
+        return self._conn.execute(c.sql, c.args(params)).fetchall()
 
-    async def fetchrow(self, sql: Statement | str, /, *args: Any, **params: Any) -> Row | None:
-        if isinstance(sql, Statement):
-            c = sql.compiled("sqlite")
-            row: Row | None = self._conn.execute(c.sql, c.args(params)).fetchone()
-        else:
-            row = self._conn.execute(sql, args).fetchone()
+    async def fetchrow(self, statement: Statement, /, **params: Any) -> Row | None:
+        c = statement.compiled("sqlite")
+        row: Row | None = self._conn.execute(c.sql, c.args(params)).fetchone()
         return row
 
-    async def fetchval(self, sql: Statement | str, /, *args: Any, **params: Any) -> Any:
-        if isinstance(sql, Statement):
-            c = sql.compiled("sqlite")
-            row = self._conn.execute(c.sql, c.args(params)).fetchone()
-        else:
-            row = self._conn.execute(sql, args).fetchone()
+    async def fetchval(self, statement: Statement, /, **params: Any) -> Any:
+        c = statement.compiled("sqlite")
+        row = self._conn.execute(c.sql, c.args(params)).fetchone()
         return None if row is None else row[0]
 
-    async def execute(self, sql: Statement | str, /, *args: Any, **params: Any) -> int:
-        if isinstance(sql, Statement):
-            c = sql.compiled("sqlite")
-            return self._conn.execute(c.sql, c.args(params)).rowcount
-        return self._conn.execute(sql, args).rowcount
+    async def execute(self, statement: Statement, /, **params: Any) -> int:
+        c = statement.compiled("sqlite")
+        return self._conn.execute(c.sql, c.args(params)).rowcount
 
-    async def executemany(
-        self, sql: Statement | str, rows: Iterable[Mapping[str, Any]] | Iterable[Sequence[Any]], /
-    ) -> None:
-        if isinstance(sql, Statement):
-            c = sql.compiled("sqlite")
-            self._conn.executemany(c.sql, map(c.args, rows))  # type: ignore[arg-type]
-        else:
-            self._conn.executemany(sql, rows)
+    async def executemany(self, statement: Statement, rows: Iterable[Mapping[str, Any]], /) -> None:
+        c = statement.compiled("sqlite")
+        self._conn.executemany(c.sql, map(c.args, rows))
 
     async def fetch_blob(self, table: str, column: str, key_column: str, key: Any) -> bytes | bytearray | None:
+        # The names are the caller's constants (never data), and `blobopen` takes them as names
+        # anyway; the key is a parameter.
         row = self._conn.execute(f"SELECT rowid FROM {table} WHERE {key_column} = ?", (key,)).fetchone()
         if row is None:
             return None
