@@ -29,12 +29,13 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inboxd.http.client_address import scope_client_address
-from inboxd.logs import request_id
+from inboxd.logs import request_id, write_info
 from inboxd.metrics import LATENCY, Metrics
 
 log = logging.getLogger("inboxd.http")
 _PLAUSIBLE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 HEADER = b"x-request-id"
+_ACCESS = "%s %s %d"
 
 
 def route_templates(routes: Iterable[BaseRoute]) -> dict[object, str]:
@@ -63,9 +64,10 @@ def log_access(
 ) -> None:
     """The request's one log line (at info).
 
-    The record is made and handed to the logger's handlers as `log.info` would, without its look
-    up the stack for the caller's file and line, which no formatter here writes (`logs.py`) and
-    which cost as much as the rest of the line."""
+    Under the text set-up `serve` makes, the line is written straight to its handler
+    (`logs.write_info`); under any other, the record is made and handed to the logger's handlers
+    as `log.info` would, without its look up the stack for the caller's file and line, which no
+    formatter here writes (`logs.py`) and which cost as much as the rest of the line."""
     if log.isEnabledFor(logging.INFO):
         fields = {
             "client": scope_client_address(scope, trusted_proxies),
@@ -73,16 +75,10 @@ def log_access(
             "bytes": size,
             "ms": round(elapsed * 1000, 2),
         }
-        record = log.makeRecord(
-            log.name,
-            logging.INFO,
-            __file__,
-            0,
-            "%s %s %d",
-            (scope["method"], scope["path"], status),
-            None,
-            extra={"fields": fields},
-        )
+        args = (scope["method"], scope["path"], status)
+        if write_info(log, _ACCESS % args, fields):
+            return
+        record = log.makeRecord(log.name, logging.INFO, __file__, 0, _ACCESS, args, None, extra={"fields": fields})
         log.handle(record)
 
 
