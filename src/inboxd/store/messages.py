@@ -13,6 +13,8 @@ from inboxd.store import webhooks as webhook_store
 from inboxd.store.db import Row, Tx
 
 COLUMNS = "id, mailbox_id, sender, from_header, subject, preview_text, size, is_read, created_at, expires_at, tags"
+# What an encoded list item is kept by: it changes when its read mark or tags do, nothing else.
+KEY_COLUMNS = "id, is_read, tags"
 PAGE_SIZE = 30
 
 
@@ -196,12 +198,13 @@ async def page_rows(
     flt: MessageFilter = NO_FILTER,
     size: int = PAGE_SIZE,
     scan_rows: int = 0,
+    only: str = COLUMNS,
 ) -> list[Row]:
-    """`page` as rows of COLUMNS (`summary_from` makes each a summary): a caller holding the
-    encoded item of a message needs only its id and read mark."""
+    """`page` as rows of COLUMNS (`summary_from` makes each a summary), or of the columns `only`
+    names (`KEY_COLUMNS`: what a caller holding the encoded items looks them up by)."""
     q = await search.query(tx, mailbox_id, flt, scan_rows=scan_rows)
     where = " AND ".join([*q.where, "m.mailbox_id = ?", "m.deleted = 0", "m.expires_at > ?"])
-    columns = ", ".join(f"m.{c}" for c in COLUMNS.split(", "))
+    columns = ", ".join(f"m.{c}" for c in only.split(", "))
     rows = await tx.fetch(
         f"SELECT {columns} FROM {q.source} WHERE {where} ORDER BY {q.order} LIMIT {int(size)} OFFSET ?",
         *q.args,
