@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import re
 import time
-import uuid
+import weakref
 from collections.abc import Iterable, Sequence
 
 from starlette.routing import BaseRoute, Mount, Route
@@ -49,14 +50,46 @@ def route_templates(routes: Iterable[BaseRoute]) -> dict[object, str]:
     return out
 
 
-def incoming_id(scope: Scope) -> str:
+class RequestIds:
+    """Fresh request ids, each the hex of a random (version 4) UUID, as `uuid.uuid4().hex` gives
+    it, cut from random bytes read 4 KiB at a time: a read of the system's random source and a
+    `UUID` object per request were a share of a hot request's time. A process made by `fork`
+    reads its own bytes."""
+
+    __slots__ = ("__weakref__", "_at", "_random")
+
+    _BATCH = 4096
+
+    def __init__(self) -> None:
+        self._random = b""
+        self._at = 0
+        forget = weakref.WeakMethod(self._forget)
+        os.register_at_fork(after_in_child=lambda: (method := forget()) is not None and method())
+
+    def _forget(self) -> None:
+        self._random = b""
+        self._at = 0
+
+    def fresh(self) -> str:
+        at = self._at
+        if at >= len(self._random):
+            self._random = os.urandom(self._BATCH)
+            at = 0
+        self._at = at + 16
+        value = int.from_bytes(self._random[at : at + 16])
+        # The variant (RFC 4122) and version (4) bits, set as `uuid.UUID(..., version=4)` sets them.
+        value = (value & ~(0xC000 << 48) | (0x8000 << 48)) & ~(0xF000 << 64) | (4 << 76)
+        return f"{value:032x}"
+
+
+def incoming_id(scope: Scope, ids: RequestIds) -> str:
     for name, value in scope.get("headers", ()):
         if name == HEADER:
             text: str = value.decode("latin-1")
             if _PLAUSIBLE.fullmatch(text):
                 return text
             break
-    return uuid.uuid4().hex
+    return ids.fresh()
 
 
 def log_access(
@@ -132,10 +165,17 @@ class HttpTally:
 
 class Observe:
     def __init__(
-        self, app: ASGIApp, *, tally: HttpTally, routes: Iterable[BaseRoute], trusted_proxies: Sequence[str] = ()
+        self,
+        app: ASGIApp,
+        *,
+        tally: HttpTally,
+        ids: RequestIds,
+        routes: Iterable[BaseRoute],
+        trusted_proxies: Sequence[str] = (),
     ) -> None:
         self.app = app
         self.tally = tally
+        self.ids = ids
         self.templates = route_templates(routes)
         self.trusted_proxies = tuple(trusted_proxies)
         self._learned: set[int] = set()
@@ -151,7 +191,7 @@ class Observe:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = incoming_id(scope)
+        rid = incoming_id(scope, self.ids)
         token = request_id.set(rid)
         started = time.perf_counter()
         status = 500

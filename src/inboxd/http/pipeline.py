@@ -9,6 +9,7 @@ the pages that do an operation (create a mailbox, reset a password, ...) through
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -126,10 +127,14 @@ async def admitted(
         await gate.admit(creates_mailbox=False)
     # Appended as raw headers: no handler sets the limits' own headers, and `headers.update`
     # would look each one up among the response's headers first.
-    response.raw_headers.extend(
-        [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in gate.headers.items()]
-    )
+    response.raw_headers.extend([(_raw_name(name), value.encode("latin-1")) for name, value in gate.headers.items()])
     return response
+
+
+@functools.cache
+def _raw_name(name: str) -> bytes:
+    """A header's name as a raw header holds it, encoded once per name (the limits' five)."""
+    return name.lower().encode("latin-1")
 
 
 class Gate:

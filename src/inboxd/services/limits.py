@@ -416,13 +416,20 @@ class Limiter:
             await self._counters.close()
 
 
+@functools.cache
+def _fixed(rule: Rule) -> tuple[str, str]:
+    """A rule's `RateLimit-Limit` and `X-Ops-Limit`, formatted once (there is a rule per plan)."""
+    return str(int(rule.burst)), str(rule.ops_limit)
+
+
 def _headers(verdict: Verdict, rule: Rule) -> dict[str, str]:
     """RateLimit-* (IETF draft names): the bucket's size, whole tokens left, seconds until it is full."""
     tokens = max(0.0, verdict.tokens + 1e-6)  # as limits_memory.ENOUGH: a hair short is whole
+    limit, ops_limit = _fixed(rule)
     return {
-        "RateLimit-Limit": str(int(rule.burst)),
+        "RateLimit-Limit": limit,
         "RateLimit-Remaining": str(int(tokens)),
         "RateLimit-Reset": str(math.ceil(max(0.0, rule.burst - tokens) / rule.rate - 1e-9)),
         "X-Ops-Used": str(verdict.ops_used),
-        "X-Ops-Limit": str(rule.ops_limit),
+        "X-Ops-Limit": ops_limit,
     }
