@@ -18,6 +18,7 @@ Beyond that net, nothing that logs here passes a token, a password, a webhook se
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
 import re
@@ -123,13 +124,13 @@ class TextFormatter(logging.Formatter):
             self._second = second
         return f"{self._second_text},{msecs:03d}"  # as logging.Formatter.default_msec_format
 
-    def line(self, *, created: float, levelname: str, name: str, message: str, fields: dict[str, Any]) -> str:
+    def line(self, *, created: float, levelname: str, name: str, message: str, fields: str) -> str:
         """The line `format` writes for a record of these values with no exception or stack, the
-        message already scrubbed and `fields` already cleaned (`_fields`): what `format` does for
-        such a record, without making one."""
+        message already scrubbed and `fields` its `key=value …` text (`_fields_text`): what
+        `format` does for such a record, without making one."""
         # `msecs` as `logging.LogRecord` computes it from `created`.
         head = f"{self._time(created, int((created - int(created)) * 1000))} {levelname} {name}: {message}"
-        return _with_fields(head, fields)
+        return head + " " + fields if fields else head
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         # `format` has just set `message` from `getMessage()`.
@@ -233,14 +234,14 @@ def write_info(logger: logging.Logger, message: str, fields: dict[str, Any]) -> 
         return False
     formatter = handler.formatter
     assert isinstance(formatter, TextFormatter)
-    cleaned = {k: _clean(v) for k, v in fields.items()}
-    rid = request_id.get()
-    if rid:
-        cleaned["request_id"] = rid
     handler.acquire()
     try:
         line = formatter.line(
-            created=time.time(), levelname="INFO", name=logger.name, message=scrub(message), fields=cleaned
+            created=time.time(),
+            levelname="INFO",
+            name=logger.name,
+            message=scrub(message),
+            fields=_fields_text(fields, request_id.get()),
         )
         handler.stream.write(line + handler.terminator)
         handler.flush()
@@ -251,6 +252,21 @@ def write_info(logger: logging.Logger, message: str, fields: dict[str, Any]) -> 
     finally:
         handler.release()
     return True
+
+
+def _fields_text(fields: dict[str, Any], rid: str) -> str:
+    """`fields` and the request id as `TextFormatter.format` appends them (`_fields`, `_text`)."""
+    parts = [f"{k}={_string_field(v) if isinstance(v, str) else _text(v)}" for k, v in fields.items()]
+    if rid:
+        parts.append(f"request_id={_text(rid)}")
+    return " ".join(parts)
+
+
+@functools.lru_cache(maxsize=1024)
+def _string_field(value: str) -> str:
+    """A string field's text in a line, `_text(scrub(value))`, kept for the few values (routes,
+    client addresses) that come back on every line."""
+    return _text(scrub(value))
 
 
 def configure(*, level: str, fmt: str) -> None:
