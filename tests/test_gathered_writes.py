@@ -27,8 +27,10 @@ class Recorder(asyncio.Transport):
     def abort(self) -> None:
         self.calls.append(("abort", b""))
 
+    closing = False
+
     def is_closing(self) -> bool:
-        return False
+        return self.closing
 
     def get_write_buffer_size(self) -> int:
         return 7
@@ -70,6 +72,15 @@ async def test_close_sends_what_is_held_first_and_abort_drops_it() -> None:
     gathered.abort()
     await asyncio.sleep(0)
     assert inner.calls[2:] == [("abort", b"")]
+
+
+async def test_a_connection_lost_before_the_turn_ends_gets_nothing() -> None:
+    inner = Recorder()
+    gathered = GatheredWrites(inner, asyncio.get_running_loop())
+    gathered.write(b"for a peer that left")
+    inner.closing = True  # the connection was lost
+    await asyncio.sleep(0)
+    assert inner.calls == [] and gathered.get_write_buffer_size() == 7
 
 
 def _raw(port: int, request: bytes) -> bytes:

@@ -6,7 +6,8 @@ small JSON answer the second write cost more than building the answer. `Gathered
 what is written during a turn of the loop and sends it in one write when the turn's callbacks
 are done, or at once when 64 KiB are held, so a streamed body still reaches the socket in bounded
 pieces and the socket's flow control (pause and resume writing) still holds back its sender.
-Closing sends what is held first. The bytes on the wire, and their order, are unchanged.
+Closing sends what is held first; a connection lost before the end of the turn gets nothing more.
+The bytes on the wire, and their order, are unchanged.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ class GatheredWrites(asyncio.Transport):
             return
         self._held = []
         self._held_size = 0
+        # The peer may have gone between the write and the end of the turn: what was for it is
+        # dropped, as uvicorn writes nothing to a connection it knows is lost (and a closed
+        # handle would raise here, in a callback, rather than in the writer).
+        if self._transport.is_closing():
+            return
         self._transport.write(held[0] if len(held) == 1 else b"".join(held))
 
     def close(self) -> None:
