@@ -28,6 +28,7 @@ from inboxd.config import Settings
 from inboxd.dns import DnsLookup
 from inboxd.errors import NotFound
 from inboxd.events import EventBus, LocalBus
+from inboxd.http.protocol import HttpProtocol
 from inboxd.keyring import Keyring
 from inboxd.listeners import ListenError, bind, serve_on
 from inboxd.metrics import Metrics
@@ -384,7 +385,8 @@ class Inboxd:
             log_config=None,
             log_level=settings.log_level,
             access_log=False,
-            http="httptools",
+            # httptools with each response's writes sent as one (`http/protocol.py`).
+            http=HttpProtocol,
             ws="websockets-sansio",
             ws_max_size=65536,
             ws_per_message_deflate=False,

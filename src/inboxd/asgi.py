@@ -11,7 +11,7 @@ from starlette.types import ASGIApp
 from inboxd.api import docs, ws
 from inboxd.api.app import api_routes
 from inboxd.api.hot_routes import with_hot_routes
-from inboxd.api.observe import HttpTally, Observe
+from inboxd.api.observe import HttpTally, Observe, RequestIds
 from inboxd.errors import InboxdError
 from inboxd.http.errors import AnswerUnexpected, on_http_error, on_inboxd_error
 from inboxd.metrics import Metrics
@@ -39,7 +39,8 @@ def build_asgi(services: Services, *, metrics: Metrics | None = None) -> ASGIApp
     app.state.metrics = metrics
     tally = HttpTally(metrics)
     proxies = services.settings.trusted_proxies
+    ids = RequestIds()
     rest = Observe(
-        ws.with_websocket(app, services, metrics=metrics), tally=tally, routes=routes, trusted_proxies=proxies
+        ws.with_websocket(app, services, metrics=metrics), tally=tally, ids=ids, routes=routes, trusted_proxies=proxies
     )
-    return with_hot_routes(rest, starlette=app, tally=tally, trusted_proxies=proxies)
+    return with_hot_routes(rest, starlette=app, tally=tally, ids=ids, trusted_proxies=proxies)

@@ -18,12 +18,13 @@ Beyond that net, nothing that logs here passes a token, a password, a webhook se
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
 import re
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("inboxd_request_id", default="")
 
@@ -114,11 +115,22 @@ class TextFormatter(logging.Formatter):
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         if datefmt is not None:
             return super().formatTime(record, datefmt)
-        second = int(record.created)
+        return self._time(record.created, int(record.msecs))
+
+    def _time(self, created: float, msecs: int) -> str:
+        second = int(created)
         if second != self._second:
-            self._second_text = time.strftime(self.default_time_format, self.converter(record.created))
+            self._second_text = time.strftime(self.default_time_format, self.converter(created))
             self._second = second
-        return f"{self._second_text},{int(record.msecs):03d}"  # as logging.Formatter.default_msec_format
+        return f"{self._second_text},{msecs:03d}"  # as logging.Formatter.default_msec_format
+
+    def line(self, *, created: float, levelname: str, name: str, message: str, fields: str) -> str:
+        """The line `format` writes for a record of these values with no exception or stack, the
+        message already scrubbed and `fields` its `key=value …` text (`_fields_text`): what
+        `format` does for such a record, without making one."""
+        # `msecs` as `logging.LogRecord` computes it from `created`.
+        head = f"{self._time(created, int((created - int(created)) * 1000))} {levelname} {name}: {message}"
+        return head + " " + fields if fields else head
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         # `format` has just set `message` from `getMessage()`.
@@ -138,9 +150,14 @@ class TextFormatter(logging.Formatter):
         fields = _fields(record)
         if fields:
             head, newline, tail = line.partition("\n")
-            head += " " + " ".join([f"{k}={_text(v)}" for k, v in fields.items()])
-            line = head + newline + tail
+            line = _with_fields(head, fields) + newline + tail
         return line
+
+
+def _with_fields(head: str, fields: dict[str, Any]) -> str:
+    if not fields:
+        return head
+    return head + " " + " ".join([f"{k}={_text(v)}" for k, v in fields.items()])
 
 
 def _indent(text: str) -> str:
@@ -173,9 +190,88 @@ class JsonFormatter(logging.Formatter):
 JsonFormatter.converter = time.gmtime
 
 
+class _LineHandler(logging.StreamHandler[TextIO]):
+    """The handler `configure` installs, known by its type to `write_info`."""
+
+
+def _direct_handler(logger: logging.Logger, level: int) -> _LineHandler | None:
+    """The one handler a record of `logger` at `level` would reach, when that is `configure`'s
+    text handler as it set it up (its filter, its formatter) and nothing else would see the
+    record; else None."""
+    if logger.filters:
+        return None
+    found: _LineHandler | None = None
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if found is not None or type(handler) is not _LineHandler:
+                return None
+            found = handler
+        if not current.propagate:
+            break
+        current = current.parent
+    if (
+        found is None
+        or level < found.level
+        or type(found.formatter) is not TextFormatter
+        or len(found.filters) != 1
+        or type(found.filters[0]) is not _RequestId
+    ):
+        return None
+    return found
+
+
+def write_info(logger: logging.Logger, message: str, fields: dict[str, Any]) -> bool:
+    """Write `logger.info(message, extra={"fields": fields})`'s line (the caller has checked that
+    `logger` is enabled for info) straight to the handler, when the text set-up of `configure`
+    is the only one that would see it: the same line, without making a record and passing it
+    through the logger's and handler's machinery, which cost as much again as the line's own
+    text (the access line is written for every HTTP request). False, and nothing written, under
+    any other set-up (JSON, a handler or filter added, a level raised on the handler): the caller
+    then logs it the usual way."""
+    handler = _direct_handler(logger, logging.INFO)
+    if handler is None:
+        return False
+    formatter = handler.formatter
+    assert isinstance(formatter, TextFormatter)
+    handler.acquire()
+    try:
+        line = formatter.line(
+            created=time.time(),
+            levelname="INFO",
+            name=logger.name,
+            message=scrub(message),
+            fields=_fields_text(fields, request_id.get()),
+        )
+        handler.stream.write(line + handler.terminator)
+        handler.flush()
+    except RecursionError:  # as logging.StreamHandler.emit
+        raise
+    except Exception:
+        handler.handleError(logging.LogRecord(logger.name, logging.INFO, __file__, 0, message, None, None))
+    finally:
+        handler.release()
+    return True
+
+
+def _fields_text(fields: dict[str, Any], rid: str) -> str:
+    """`fields` and the request id as `TextFormatter.format` appends them (`_fields`, `_text`)."""
+    parts = [f"{k}={_string_field(v) if isinstance(v, str) else _text(v)}" for k, v in fields.items()]
+    if rid:
+        parts.append(f"request_id={_text(rid)}")
+    return " ".join(parts)
+
+
+@functools.lru_cache(maxsize=1024)
+def _string_field(value: str) -> str:
+    """A string field's text in a line, `_text(scrub(value))`, kept for the few values (routes,
+    client addresses) that come back on every line."""
+    return _text(scrub(value))
+
+
 def configure(*, level: str, fmt: str) -> None:
     """Route every logger (ours, uvicorn's) to stderr in the chosen format."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _LineHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     handler.addFilter(_RequestId())
     root = logging.getLogger()

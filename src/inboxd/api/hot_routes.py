@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inboxd.api import messages
-from inboxd.api.observe import HEADER, HttpTally, incoming_id, log_access, route_templates
+from inboxd.api.observe import HEADER, HttpTally, RequestIds, incoming_id, log_access, route_templates
 from inboxd.errors import InboxdError
 from inboxd.http.errors import on_inboxd_error, unexpected_fault
 from inboxd.http.pipeline import Endpoint
@@ -47,7 +47,7 @@ def _match(path: str) -> tuple[Endpoint, dict[str, str]] | None:
 
 
 def with_hot_routes(
-    app: ASGIApp, *, starlette: ASGIApp, tally: HttpTally, trusted_proxies: Sequence[str] = ()
+    app: ASGIApp, *, starlette: ASGIApp, tally: HttpTally, ids: RequestIds, trusted_proxies: Sequence[str] = ()
 ) -> ASGIApp:
     """`app` with the hot routes answered ahead of it; `starlette` is the application their
     requests belong to (`request.app`, whose state holds the services)."""
@@ -58,7 +58,7 @@ def with_hot_routes(
             await app(scope, receive, send)
             return
         endpoint, params = found
-        rid = incoming_id(scope)
+        rid = incoming_id(scope, ids)
         token = request_id.set(rid)
         started = time.perf_counter()
         status = 500

@@ -20,21 +20,23 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import re
 import time
-import uuid
+import weakref
 from collections.abc import Iterable, Sequence
 
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inboxd.http.client_address import scope_client_address
-from inboxd.logs import request_id
+from inboxd.logs import request_id, write_info
 from inboxd.metrics import LATENCY, Metrics
 
 log = logging.getLogger("inboxd.http")
 _PLAUSIBLE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 HEADER = b"x-request-id"
+_ACCESS = "%s %s %d"
 
 
 def route_templates(routes: Iterable[BaseRoute]) -> dict[object, str]:
@@ -48,14 +50,46 @@ def route_templates(routes: Iterable[BaseRoute]) -> dict[object, str]:
     return out
 
 
-def incoming_id(scope: Scope) -> str:
+class RequestIds:
+    """Fresh request ids, each the hex of a random (version 4) UUID, as `uuid.uuid4().hex` gives
+    it, cut from random bytes read 4 KiB at a time: a read of the system's random source and a
+    `UUID` object per request were a share of a hot request's time. A process made by `fork`
+    reads its own bytes."""
+
+    __slots__ = ("__weakref__", "_at", "_random")
+
+    _BATCH = 4096
+
+    def __init__(self) -> None:
+        self._random = b""
+        self._at = 0
+        forget = weakref.WeakMethod(self._forget)
+        os.register_at_fork(after_in_child=lambda: (method := forget()) is not None and method())
+
+    def _forget(self) -> None:
+        self._random = b""
+        self._at = 0
+
+    def fresh(self) -> str:
+        at = self._at
+        if at >= len(self._random):
+            self._random = os.urandom(self._BATCH)
+            at = 0
+        self._at = at + 16
+        value = int.from_bytes(self._random[at : at + 16])
+        # The variant (RFC 4122) and version (4) bits, set as `uuid.UUID(..., version=4)` sets them.
+        value = (value & ~(0xC000 << 48) | (0x8000 << 48)) & ~(0xF000 << 64) | (4 << 76)
+        return f"{value:032x}"
+
+
+def incoming_id(scope: Scope, ids: RequestIds) -> str:
     for name, value in scope.get("headers", ()):
         if name == HEADER:
             text: str = value.decode("latin-1")
             if _PLAUSIBLE.fullmatch(text):
                 return text
             break
-    return uuid.uuid4().hex
+    return ids.fresh()
 
 
 def log_access(
@@ -63,9 +97,10 @@ def log_access(
 ) -> None:
     """The request's one log line (at info).
 
-    The record is made and handed to the logger's handlers as `log.info` would, without its look
-    up the stack for the caller's file and line, which no formatter here writes (`logs.py`) and
-    which cost as much as the rest of the line."""
+    Under the text set-up `serve` makes, the line is written straight to its handler
+    (`logs.write_info`); under any other, the record is made and handed to the logger's handlers
+    as `log.info` would, without its look up the stack for the caller's file and line, which no
+    formatter here writes (`logs.py`) and which cost as much as the rest of the line."""
     if log.isEnabledFor(logging.INFO):
         fields = {
             "client": scope_client_address(scope, trusted_proxies),
@@ -73,16 +108,10 @@ def log_access(
             "bytes": size,
             "ms": round(elapsed * 1000, 2),
         }
-        record = log.makeRecord(
-            log.name,
-            logging.INFO,
-            __file__,
-            0,
-            "%s %s %d",
-            (scope["method"], scope["path"], status),
-            None,
-            extra={"fields": fields},
-        )
+        args = (scope["method"], scope["path"], status)
+        if write_info(log, _ACCESS % args, fields):
+            return
+        record = log.makeRecord(log.name, logging.INFO, __file__, 0, _ACCESS, args, None, extra={"fields": fields})
         log.handle(record)
 
 
@@ -136,10 +165,17 @@ class HttpTally:
 
 class Observe:
     def __init__(
-        self, app: ASGIApp, *, tally: HttpTally, routes: Iterable[BaseRoute], trusted_proxies: Sequence[str] = ()
+        self,
+        app: ASGIApp,
+        *,
+        tally: HttpTally,
+        ids: RequestIds,
+        routes: Iterable[BaseRoute],
+        trusted_proxies: Sequence[str] = (),
     ) -> None:
         self.app = app
         self.tally = tally
+        self.ids = ids
         self.templates = route_templates(routes)
         self.trusted_proxies = tuple(trusted_proxies)
         self._learned: set[int] = set()
@@ -155,7 +191,7 @@ class Observe:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = incoming_id(scope)
+        rid = incoming_id(scope, self.ids)
         token = request_id.set(rid)
         started = time.perf_counter()
         status = 500

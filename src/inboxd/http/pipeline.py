@@ -10,6 +10,7 @@ A handler of either face gets the request and its `Call`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
@@ -154,10 +155,14 @@ async def admitted(
         await gate.admit(creates_mailbox=False)
     # Appended as raw headers: no handler sets the limits' own headers, and `headers.update`
     # would look each one up among the response's headers first.
-    response.raw_headers.extend(
-        [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in gate.headers.items()]
-    )
+    response.raw_headers.extend([(_raw_name(name), value.encode("latin-1")) for name, value in gate.headers.items()])
     return response
+
+
+@functools.cache
+def _raw_name(name: str) -> bytes:
+    """A header's name as a raw header holds it, encoded once per name (the limits' five)."""
+    return name.lower().encode("latin-1")
 
 
 class Gate:

@@ -10,7 +10,8 @@ from inboxd.errors import InvalidRequest
 def page_number(request: Request) -> int:
     """`?page=`, numbered from 1, default 1 (the API's message lists and the dashboard's inbox);
     anything else is 400 invalid_request."""
-    raw = request.query_params.get("page")
+    # No query string, no page: the common case skips parsing an empty one.
+    raw = request.query_params.get("page") if request.scope["query_string"] else None
     if raw is None:
         return 1
     # isdigit alone admits "²" (int() then fails) and other scripts' digits; nine digits keep

@@ -66,9 +66,9 @@ import logging
 import math
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from inboxd.config import Settings
 from inboxd.errors import RateLimited
@@ -79,11 +79,11 @@ from inboxd.services.ops_ledger import OpsLedger
 log = logging.getLogger("inboxd.limits")
 
 
-@dataclass(frozen=True, slots=True)
-class Allowance:
-    """What a passed check tells the client, as response headers."""
+class Allowance(NamedTuple):
+    """What a passed check tells the client, as response headers. (A named tuple, made for
+    every request, as `Take` and `Verdict` are: see `limits_counters.py`.)"""
 
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str]
     # The creation interval this admission reserved (its start), to give back if nothing is created.
     creation: float | None = None
 
@@ -251,7 +251,7 @@ class Limiter:
         )
         verdict = await self._counters.take(take)
         if verdict.outcome is Outcome.SEED:
-            verdict = await self._counters.take(replace(take, seed=await self._ledger.total(user.id, month)))
+            verdict = await self._counters.take(take._replace(seed=await self._ledger.total(user.id, month)))
         headers = _headers(verdict, take.rule)
         if verdict.outcome is Outcome.OK:
             self._ledger.add(user.id, month)
@@ -282,7 +282,7 @@ class Limiter:
         )
         verdict = await self._counters.count(take)
         if verdict.outcome is Outcome.SEED:
-            verdict = await self._counters.count(replace(take, seed=await self._ledger.total(user.id, month)))
+            verdict = await self._counters.count(take._replace(seed=await self._ledger.total(user.id, month)))
         if verdict.outcome is Outcome.OK:
             self._ledger.add(user.id, month)
 
@@ -416,13 +416,20 @@ class Limiter:
             await self._counters.close()
 
 
+@functools.cache
+def _fixed(rule: Rule) -> tuple[str, str]:
+    """A rule's `RateLimit-Limit` and `X-Ops-Limit`, formatted once (there is a rule per plan)."""
+    return str(int(rule.burst)), str(rule.ops_limit)
+
+
 def _headers(verdict: Verdict, rule: Rule) -> dict[str, str]:
     """RateLimit-* (IETF draft names): the bucket's size, whole tokens left, seconds until it is full."""
     tokens = max(0.0, verdict.tokens + 1e-6)  # as limits_memory.ENOUGH: a hair short is whole
+    limit, ops_limit = _fixed(rule)
     return {
-        "RateLimit-Limit": str(int(rule.burst)),
+        "RateLimit-Limit": limit,
         "RateLimit-Remaining": str(int(tokens)),
         "RateLimit-Reset": str(math.ceil(max(0.0, rule.burst - tokens) / rule.rate - 1e-9)),
         "X-Ops-Used": str(verdict.ops_used),
-        "X-Ops-Limit": str(rule.ops_limit),
+        "X-Ops-Limit": ops_limit,
     }

@@ -211,9 +211,19 @@ class MessageService:
         kept = self.items
 
         async def read(tx: Tx, mailbox: Mailbox) -> list[bytes]:
+            # The page's keys first: when every item is kept, the rest of each row (its addresses,
+            # subject and preview, most of the read) is not needed. The mark is as the database
+            # gives it (0/1 or a bool): (id, 1, t) and (id, True, t) are one key.
+            keys = await store.page_rows(
+                tx, mailbox.id, page=page, now=now, flt=flt, scan_rows=self._scan_rows, keys_only=True
+            )
+            found = [kept.get((key[0], key[1], key[2])) for key in keys]
+            if None not in found:
+                return found  # type: ignore[return-value]  # no None
+            # The whole page read again, its items all from this one read, so a page is never
+            # stitched from two reads between which a message arrived or was marked.
             rows = await store.page_rows(tx, mailbox.id, page=page, now=now, flt=flt, scan_rows=self._scan_rows)
-            # row[0], row[7] and row[10] are the id, the read mark and the tags (store.COLUMNS), the
-            # mark as the database gives it (0/1 or a bool): (id, 1, t) and (id, True, t) are one key.
+            # row[0], row[7] and row[10] are the id, the read mark and the tags (store.SUMMARY).
             found = [kept.get((row[0], row[7], row[10])) for row in rows]
             if None in found:
                 for i, row in enumerate(rows):

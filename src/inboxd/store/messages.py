@@ -42,6 +42,8 @@ SUMMARY = (
 # SUMMARY as SQL, for the modules whose queries are still SQL strings (store/sandboxes.py); it
 # goes when they are `Statement`s.
 COLUMNS = ", ".join(SUMMARY)
+# What an encoded list item is kept by: it changes when its read mark or tags do, nothing else.
+KEYS = ("id", "is_read", "tags")
 PAGE_SIZE = 30
 
 
@@ -293,12 +295,17 @@ async def page(
     return [summary_from(r) for r in rows]
 
 
-def _page(key: tuple[search.Shape, int, bool]) -> Statement:
-    """The SELECT of a page of SUMMARY (and the envelope after it, when asked) for a filter's shape."""
-    shape, size, envelope = key
+def _page(key: tuple[search.Shape, int, bool, bool]) -> Statement:
+    """The SELECT of a page of SUMMARY (and the envelope after it, when asked), or of KEYS alone,
+    for a filter's shape."""
+    shape, size, envelope, keys_only = key
     source, where, order = search.page_parts(shape)
     m = search.M
-    columns = [*_summary_columns(m), *([m.c.envelope] if envelope else [])]
+    columns: list[sa.ColumnElement[Any]]
+    if keys_only:
+        columns = [m.c[name] for name in KEYS]
+    else:
+        columns = [*_summary_columns(m), *([m.c.envelope] if envelope else [])]
     construct = (
         sa.select(*columns)
         .select_from(source)
@@ -313,7 +320,7 @@ def _page(key: tuple[search.Shape, int, bool]) -> Statement:
 
 
 # One per filter shape, page size and with or without the envelope: a few dozen in practice.
-_PAGES: Shapes[tuple[search.Shape, int, bool]] = Shapes(_page, size=512)
+_PAGES: Shapes[tuple[search.Shape, int, bool, bool]] = Shapes(_page, size=512)
 
 
 async def page_rows(
@@ -326,12 +333,14 @@ async def page_rows(
     size: int = PAGE_SIZE,
     scan_rows: int = 0,
     envelope: bool = False,
+    keys_only: bool = False,
 ) -> list[Row]:
     """`page` as rows of SUMMARY (`summary_from` makes each a summary), and the envelope after
-    them when asked: a caller holding the encoded item of a message needs only its id and read mark."""
+    them when asked; with `keys_only`, of KEYS alone (what a caller holding the encoded items
+    looks them up by: an item changes when its read mark or tags do, nothing else)."""
     q = await search.query(tx, mailbox_id, flt, scan_rows=scan_rows)
     rows = await tx.fetch(
-        _PAGES((q.shape, size, envelope)), **q.params, mailbox=mailbox_id, now=now, offset=(page - 1) * size
+        _PAGES((q.shape, size, envelope, keys_only)), **q.params, mailbox=mailbox_id, now=now, offset=(page - 1) * size
     )
     await search.check_bound(tx, mailbox_id, flt, q, found=len(rows), size=size)
     return rows
