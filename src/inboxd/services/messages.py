@@ -212,7 +212,7 @@ class MessageService:
 
         async def read(tx: Tx, mailbox: Mailbox) -> list[bytes]:
             rows = await store.page_rows(tx, mailbox.id, page=page, now=now, flt=flt, scan_rows=self._scan_rows)
-            # row[0], row[7] and row[10] are the id, the read mark and the tags (store.COLUMNS), the
+            # row[0], row[7] and row[10] are the id, the read mark and the tags (store SUMMARY), the
             # mark as the database gives it (0/1 or a bool): (id, 1, t) and (id, True, t) are one key.
             found = [kept.get((row[0], row[7], row[10])) for row in rows]
             if None in found:
