@@ -37,12 +37,10 @@ def _m() -> sa.sql.selectable.NamedFromClause[Any]:
     return schema.mailboxes.alias("m")
 
 
-# The sandbox with its mailbox, whose `user_id` is the sandbox's (read once, by `_sandbox` and
-# `mailbox_from` both).
-
-
 @cache
-def _SANDBOX() -> sa.Select[Any]:
+def _with_mailbox() -> sa.Select[Any]:
+    """The sandbox with its mailbox, whose `user_id` is the sandbox's (read once, by `_sandbox`
+    and `mailbox_from` both)."""
     return sa.select(
         _s().c.user_id,
         _s().c.username,
@@ -51,8 +49,8 @@ def _SANDBOX() -> sa.Select[Any]:
     ).select_from(_s().join(_m(), _m().c.id == _s().c.mailbox_id))
 
 
-FOR_USER = Statement(lambda: _SANDBOX().where(_s().c.user_id == param(_s().c.user_id)))
-BY_USERNAME = Statement(lambda: _SANDBOX().where(_s().c.username == param(_s().c.username)))
+FOR_USER = Statement(lambda: _with_mailbox().where(_s().c.user_id == param(_s().c.user_id)))
+BY_USERNAME = Statement(lambda: _with_mailbox().where(_s().c.username == param(_s().c.username)))
 INSERT = Statement(lambda: sa.insert(schema.sandboxes).values(values_of(schema.sandboxes)))
 ENVELOPE = Statement(
     lambda: sa.select(schema.messages.c.envelope).where(

@@ -76,11 +76,13 @@ def _tsquery(terms: Sequence[Term]) -> str:
     )
 
 
-# The tables of the queries, by the aliases the list's SQL has always used.
+# The tables of the queries, by the aliases the list's SQL has always used (each made once: a
+# statement's two uses of an alias must be the same object).
 
 
 @cache
 def listed() -> sa.sql.selectable.NamedFromClause[Any]:
+    """`messages m`, the list's table (`page_parts`)."""
     return schema.messages.alias("m")
 
 
