@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import sqlalchemy as sa
 
 from bench.ws_latency import _LISTENING
 from inboxd.config import Settings
@@ -35,6 +36,8 @@ from inboxd.model import MessageSummary
 from inboxd.services.rawcodec import compress
 from inboxd.store import messages as message_store
 from inboxd.store.connect import open_database
+from inboxd.store.schema import messages
+from inboxd.store.sql import Statement
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 ADDRESS = "search@inboxd.localhost"
@@ -122,7 +125,8 @@ async def fill(settings: Settings, mailbox_id: str, count: int) -> None:
                 )
             await db.write(partial(message_store.insert_many, items=batch))
         stored = time.monotonic() - started
-        while await db.read(lambda tx: tx.fetchval("SELECT count(*) FROM messages WHERE indexed = 0")):
+        unindexed = Statement(sa.select(sa.func.count()).select_from(messages).where(messages.c.indexed == 0))
+        while await db.read(lambda tx: tx.fetchval(unindexed)):
             await asyncio.sleep(0.5)
         indexed = time.monotonic() - started
         print(

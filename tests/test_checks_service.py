@@ -15,12 +15,15 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
+import sqlalchemy as sa
 
 from inboxd.app import Inboxd
 from inboxd.client import AsyncClient
 from inboxd.mail.checks.report import CheckReport
 from inboxd.services.checks.reports import CheckService
 from inboxd.store import mailboxes as mailbox_store
+from inboxd.store.schema import message_checks
+from inboxd.store.sql import Statement
 from tests.conftest import Clock
 from tests.dns_server import DnsServerPair, FakeDns
 from tests.test_checks_auth import key as key
@@ -116,10 +119,14 @@ async def test_a_report_is_computed_once_and_kept(
     assert refreshed.auth == report.auth and refreshed.html == report.html
 
     assert server._db is not None
-    kept = "SELECT count(*) FROM message_checks WHERE message_id = ?"
-    assert await server._db.read(lambda tx: tx.fetchval(kept, message.id)) == 1
+    kept = Statement(
+        sa.select(sa.func.count())
+        .select_from(message_checks)
+        .where(message_checks.c.message_id == sa.bindparam("message_id"))
+    )
+    assert await server._db.read(lambda tx: tx.fetchval(kept, message_id=message.id)) == 1
     await services.messages.delete(mailbox, message.id)  # the kept report goes with the message
-    assert await server._db.read(lambda tx: tx.fetchval(kept, message.id)) == 0
+    assert await server._db.read(lambda tx: tx.fetchval(kept, message_id=message.id)) == 0
 
 
 async def test_the_api_answers_the_report_and_each_part(server: Inboxd, site: Site) -> None:

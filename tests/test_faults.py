@@ -10,10 +10,13 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from inboxd.app import Inboxd
 from inboxd.client import ApiError, AsyncClient
 from inboxd.store.db import Tx
+from inboxd.store.schema import mailbox_faults
+from inboxd.store.sql import Statement
 from tests.conftest import REDIS_URL, Clock, Harness, simple_message
 from tests.test_submission import Sandbox, open_sandbox, plain
 
@@ -329,13 +332,14 @@ async def test_faults_ride_on_the_cached_recipient_row_not_on_a_query_per_messag
     db = harness.server._db
     assert db is not None
     rules = '[{"stage":"rcpt","reply":"452 4.2.2 Mailbox full"}]'
+    add_faults = Statement(
+        sa.insert(mailbox_faults).values(
+            mailbox_id=sa.bindparam("mailbox_id"), version="v1", rules=sa.bindparam("rules"), created_at=0
+        )
+    )
 
     async def insert(tx: Tx) -> None:
-        await tx.execute(
-            "INSERT INTO mailbox_faults (mailbox_id, version, rules, created_at) VALUES (?, 'v1', ?, 0)",
-            box["id"],
-            rules,
-        )
+        await tx.execute(add_faults, mailbox_id=box["id"], rules=rules)
 
     await db.write(insert)
     await harness.send(box["address"])  # still the cached row: no query looked for faults

@@ -11,11 +11,15 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from inboxd.config import Settings
 from inboxd.events import LocalBus
 from inboxd.services.users import UserService
 from inboxd.store.connect import open_database
+from inboxd.store.db import Tx
+from inboxd.store.schema import mailboxes
+from inboxd.store.sql import Statement
 from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
@@ -73,8 +77,13 @@ async def test_cap_holds_across_two_processes(make_settings: Any, tmp_path: Path
             await server.stop()
 
 
+COUNT_MAILBOXES = Statement(
+    sa.select(sa.func.count()).select_from(mailboxes).where(mailboxes.c.user_id == sa.bindparam("user_id"))
+)
+
+
 def _count_mailboxes(user_id: str) -> Any:
-    async def count(tx: Any) -> int:
-        return int(await tx.fetchval("SELECT COUNT(*) FROM mailboxes WHERE user_id = ?", user_id))
+    async def count(tx: Tx) -> int:
+        return int(await tx.fetchval(COUNT_MAILBOXES, user_id=user_id))
 
     return count

@@ -15,6 +15,7 @@ import pytest
 
 from inboxd.mail.html_text import html_to_text
 from inboxd.mail.parse import (
+    MessageWalk,
     ParsedAttachment,
     ParsedMessage,
     Summary,
@@ -31,6 +32,17 @@ def parse(raw: bytes) -> ParsedMessage:
     """Parse both ways and check that the ingest summary agrees with the full parse."""
     parsed = parse_message(raw)
     assert parse_summary(raw) == parsed.summary
+    # Ingest's walk, handed to the search index after the summary, goes on from where the summary
+    # stopped and finds the bodies and attachments the full parse finds.
+    walk = MessageWalk(raw)
+    assert walk.summary() == parsed.summary
+    bodies = walk.bodies(len(raw) + 1)
+    assert (bodies.text_body, bodies.html_body, bodies.has_attachments) == (
+        parsed.text_body,
+        parsed.html_body,
+        bool(parsed.attachments),
+    )
+    assert bodies == body_prefixes(raw, len(raw) + 1)
     return parsed
 
 
@@ -690,3 +702,59 @@ def test_body_prefixes_render_to_and_cc_for_the_index() -> None:
         "Carol, C. <carol@corp.example>",
         "Dave <dave@example.net>",
     )
+
+
+def test_walk_handed_on_after_the_summary_decodes_past_the_summary_limit() -> None:
+    """The summary decodes at most 1 MiB of a body; the index asks for more of the same walk."""
+    line = "word " * 19 + "\r\n"
+    body = line * (1536 * 1024 // len(line))
+    raw = b"From: a@example.com\r\nTo: b@example.com\r\nSubject: big\r\n\r\n" + body.encode()
+    walk = MessageWalk(bytearray(raw))
+    assert walk.summary().preview_text.startswith("word word")
+    bodies = walk.bodies(2 * 1024 * 1024)
+    assert bodies.text_body == body
+    assert bodies.recipients == ("b@example.com",)
+    assert walk.bodies(1024).text_body == body_prefixes(raw, 1024).text_body == line * (1024 // len(line))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "text/plain",
+        "text/plain; charset=utf-8",
+        'text/plain; charset="UTF-8"',
+        "text/plain;charset=ISO-8859-1",
+        "text/plain ;\r\n charset = windows-1252",
+        "text/plain; format=flowed; charset=utf-8",
+        "text/plain; charset=utf-8; format=flowed",
+        "text/plain; charset*=utf-8''x",
+        "text/plain; charset*0=utf; charset*1=-8",
+        'text/plain; charset="utf-8',
+        'text/plain; charset="utf\\"-8"',
+        "text/plain; charset=utf-8;",
+        "text/plain; CHARSET=Big5",
+        "text/plain; charset=",
+        "text/plain (comment); charset=utf-8",
+        "garbage",
+        "",
+    ],
+)
+def test_the_plain_charset_fast_path_reads_what_compat32_reads(value: str) -> None:
+    from email.message import Message
+
+    from inboxd.mail.parse import _charset
+
+    headers = Message(policy=policy.compat32)
+    headers["Content-Type"] = value
+    assert _charset(headers) == headers.get_content_charset()
+
+
+@pytest.mark.parametrize("charset", [None, "utf-8", "UTF-8", "us-ascii", "utf8"])
+def test_a_utf8_body_loses_its_byte_order_mark_and_keeps_the_rest(charset: str | None) -> None:
+    body = "\ufeffcaf\u00e9 \u20ac".encode()
+    raw = single_part(charset, body + b"\r\n")
+    assert parse(raw).text_body == "caf\u00e9 \u20ac\r\n"
+    assert parse(single_part(charset, body[3:] + b"\r\n")).text_body == "caf\u00e9 \u20ac\r\n"
+    # A byte no UTF-8 holds: replaced under a declared charset, the whole body Latin-1 without one.
+    broken = parse(single_part(charset, b"caf\xe9\r\n")).text_body
+    assert broken == ("caf\u00e9\r\n" if charset is None else "caf\ufffd\r\n")

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 from psycopg import sql
 
 from inboxd.store import messages as message_store
 from inboxd.store import migrate
+from inboxd.store.schema import message_sources, messages
 from inboxd.store.sql import Statement
 from tests.conftest import PG_URL, Harness
 
@@ -77,7 +79,9 @@ async def test_a_sweep_purges_more_than_one_batch(harness: Harness) -> None:
     await harness.server._workers[0].sweep()
     db = harness.server._db
     assert db is not None
-    assert await db.read(lambda tx: tx.fetchval("SELECT count(*) FROM messages")) == 0
-    assert await db.read(lambda tx: tx.fetchval("SELECT count(*) FROM message_sources")) == 0
+    count_messages = Statement(sa.select(sa.func.count()).select_from(messages))
+    count_sources = Statement(sa.select(sa.func.count()).select_from(message_sources))
+    assert await db.read(lambda tx: tx.fetchval(count_messages)) == 0
+    assert await db.read(lambda tx: tx.fetchval(count_sources)) == 0
     listing = await harness.http.get(f"/api/accounts/{box['id']}", headers=harness.auth())
     assert listing.json()["used"] == 0

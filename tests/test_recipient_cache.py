@@ -9,9 +9,12 @@ from functools import partial
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from inboxd.store import mailboxes as mailbox_store
 from inboxd.store.db import Tx
+from inboxd.store.schema import mailboxes, users
+from inboxd.store.sql import Statement
 from tests.conftest import Harness, simple_message
 
 
@@ -24,13 +27,19 @@ def refusal(exc: pytest.ExceptionInfo[smtplib.SMTPRecipientsRefused], address: s
     return f"{code} {text.decode()}"
 
 
-async def behind_the_servers_back(harness: Harness, sql: str, *args: Any) -> None:
+BY_ID = mailboxes.c.id == sa.bindparam("id")
+FILL = Statement(sa.update(mailboxes).values(used=mailboxes.c.quota).where(BY_ID))
+EMPTY = Statement(sa.update(mailboxes).values(used=0).where(BY_ID))
+SUSPEND = Statement(sa.update(users).values(status="suspended").where(users.c.email == sa.bindparam("email")))
+
+
+async def behind_the_servers_back(harness: Harness, statement: Statement, **params: Any) -> None:
     """A change the bus does not announce: another process's deliveries, or the CLI."""
     db = harness.server._db
     assert db is not None
 
     async def work(tx: Tx) -> None:
-        await tx.execute(sql, *args)
+        await tx.execute(statement, **params)
 
     await db.write(work)
 
@@ -40,7 +49,7 @@ async def test_a_mailbox_seen_moments_ago_is_accepted_from_memory_and_data_still
     await harness.send(box["address"])  # looked up in the database, and kept
     # Another process fills the mailbox: this one's cache still accepts at RCPT, and the commit
     # at the end of DATA, which charges the quota in SQL, refuses the message.
-    await behind_the_servers_back(harness, "UPDATE mailboxes SET used = quota WHERE id = ?", box["id"])
+    await behind_the_servers_back(harness, FILL, id=box["id"])
     with pytest.raises(smtplib.SMTPDataError) as refused:
         await harness.send(box["address"])
     assert refused.value.smtp_code == 552 and b"5.2.2" in refused.value.smtp_error
@@ -56,10 +65,10 @@ async def test_a_mailbox_seen_moments_ago_is_accepted_from_memory_and_data_still
 async def test_a_refusal_is_always_current(harness: Harness) -> None:
     """Room freed behind the cache's back is seen at once: only acceptances come from memory."""
     box = await harness.new_mailbox()
-    await behind_the_servers_back(harness, "UPDATE mailboxes SET used = quota WHERE id = ?", box["id"])
+    await behind_the_servers_back(harness, FILL, id=box["id"])
     with pytest.raises(smtplib.SMTPRecipientsRefused):
         await harness.send(box["address"])
-    await behind_the_servers_back(harness, "UPDATE mailboxes SET used = 0 WHERE id = ?", box["id"])
+    await behind_the_servers_back(harness, EMPTY, id=box["id"])
     assert await harness.send(box["address"]) == {}
 
 
@@ -118,9 +127,7 @@ async def test_a_change_made_elsewhere_is_seen_within_the_ttl(harness: Harness) 
     token = await harness.new_user(email="elsewhere@example.test")
     box = await harness.new_mailbox(token)
     await harness.send(box["address"])
-    await behind_the_servers_back(
-        harness, "UPDATE users SET status = 'suspended' WHERE email = ?", "elsewhere@example.test"
-    )
+    await behind_the_servers_back(harness, SUSPEND, email="elsewhere@example.test")
     assert await harness.send(box["address"]) == {}  # within the TTL: still accepted, and stored
     harness.clock.advance(ttl(harness))
     with pytest.raises(smtplib.SMTPRecipientsRefused) as refused:

@@ -17,8 +17,11 @@ import psycopg
 import pytest
 
 from inboxd.app import Inboxd
+from inboxd.mail.parse import MessageWalk
+from inboxd.services.rawcodec import compress
 from inboxd.store import messages as message_store
 from inboxd.store import search
+from inboxd.worker.indexer import build_doc
 from tests.conftest import PG_URL, Harness, simple_message
 
 
@@ -337,6 +340,9 @@ async def test_deleted_mail_leaves_the_index_and_a_restart_catches_up(harness: H
     await indexed(harness, box, 5)
     await indexed(harness, other, 2)
     assert index_rows(harness) == 7
+    # Ingest handed each message's MIME walk to the indexer: none was read back to be parsed again.
+    assert harness.server._indexer is not None
+    assert (harness.server._indexer.handed, harness.server._indexer.read_back) == (7, 0)
     first = (await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())).json()
     victim = next(m for m in first["messages"] if m["subject"] == "Weekly digest")
     gone = await harness.http.delete(f"/api/accounts/{box['id']}/messages/{victim['id']}", headers=harness.auth())
@@ -353,6 +359,9 @@ async def test_deleted_mail_leaves_the_index_and_a_restart_catches_up(harness: H
     restarted = await restart(harness)
     assert await found_by(restarted, harness, box, "verif*") == ["Verify your account"]
     assert index_rows(harness) == 4
+    # Mail the indexer finds by itself is read back from the database and parsed there.
+    assert restarted._indexer is not None
+    assert (restarted._indexer.handed, restarted._indexer.read_back) == (0, 4)
 
     # An index of another format (an older inboxd) is rebuilt at start.
     await restarted.stop()
@@ -395,3 +404,27 @@ async def test_another_process_s_fresh_mail_is_left_to_it_until_settled(harness:
     other.wake([newest["id"]])  # what its ingest does after a commit
     assert await other.index_pending() == 1
     assert await listed(harness, box, q="wombat") == ["Handed over"]
+
+
+def test_the_walk_ingest_hands_over_indexes_as_the_stored_source_does() -> None:
+    """The indexer's two ways to a document (the walk ingest took the summary from, or the
+    compressed source read back and parsed again) give the same document."""
+    for msg in [*corpus(), message("Big", "many words\n" * 200_000)]:
+        raw = msg.as_bytes(policy=SMTP)
+        source = search.Source("m1", compress(raw), "subject", "from", "sender", "box@example.test", '["x@y.test"]')
+        pending = search.Pending("m1", "b1", len(raw), 1_700_000_000.0)
+        walk = MessageWalk(bytearray(raw))
+        walk.summary()
+        assert build_doc(source, pending, walk) == build_doc(source, pending)
+
+
+async def test_copies_of_one_delivery_are_each_indexed(harness: Harness) -> None:
+    """One delivery to three mailboxes stores three copies in the same microsecond: each gets its
+    own index row (SQLite keys them by time, the next free id for each copy)."""
+    boxes = [await harness.new_mailbox() for _ in range(3)]
+    await harness.send([b["address"] for b in boxes], message("Shared", "the platypus swims\n"))
+    for box in boxes:
+        async with asyncio.timeout(10):
+            while await listed(harness, box, q="platypus") != ["Shared"]:
+                await asyncio.sleep(0.05)
+    assert index_rows(harness) == 3

@@ -11,13 +11,27 @@ from typing import Any
 import httpx
 import jwt
 import pytest
+import sqlalchemy as sa
 
 from inboxd.app import Inboxd
 from inboxd.errors import Unauthorized
 from inboxd.keyring import KEY_FILE, SEALED_PREFIX, Keyring, SecretKeyError
+from inboxd.store.schema import webhooks
+from inboxd.store.sql import Statement
 from tests.conftest import Clock, Harness
 
 BACKENDS = pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+
+TABLES = {
+    "postgresql": Statement(
+        sa.text("SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")
+    ),
+    "sqlite": Statement(sa.text("SELECT name FROM sqlite_master WHERE type = 'table'")),
+}
+SECRET = Statement(sa.select(webhooks.c.secret).where(webhooks.c.id == sa.bindparam("id")))
+SET_SECRET = Statement(
+    sa.update(webhooks).values(secret=sa.bindparam("secret")).where(webhooks.c.id == sa.bindparam("id"))
+)
 
 Start = Callable[..., Awaitable[Harness]]
 
@@ -72,14 +86,12 @@ async def _dump(h: Harness) -> list[Any]:
     """Every value of every table, as a dump would hold them."""
     db = h.server._db
     assert db is not None
-    if db.dialect == "postgresql":
-        query = "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
-    else:
-        query = "SELECT name FROM sqlite_master WHERE type = 'table'"
-    tables = [str(r[0]) for r in await db.read(lambda tx: tx.fetch(query))]
+    tables = [str(r[0]) for r in await db.read(lambda tx: tx.fetch(TABLES[db.dialect]))]
     values: list[Any] = []
     for table in tables:
-        rows = await db.read(lambda tx, t=table: tx.fetch(f'SELECT * FROM "{t}"'))  # type: ignore[misc]
+        # Every column, those the schema module does not know of too.
+        every_row = Statement(sa.select(sa.literal_column("*")).select_from(sa.table(table)))
+        rows = await db.read(lambda tx, s=every_row: tx.fetch(s))  # type: ignore[misc]
         values.extend(v for row in rows for v in tuple(row))
     return values
 
@@ -87,7 +99,7 @@ async def _dump(h: Harness) -> list[Any]:
 async def _stored_secret(h: Harness, webhook_id: str) -> str:
     db = h.server._db
     assert db is not None
-    return str(await db.read(lambda tx: tx.fetchval("SELECT secret FROM webhooks WHERE id = ?", webhook_id)))
+    return str(await db.read(lambda tx: tx.fetchval(SECRET, id=webhook_id)))
 
 
 @BACKENDS
@@ -164,7 +176,7 @@ async def test_secrets_stored_in_the_clear_are_sealed_at_start(start: Start) -> 
     hook = await _webhook(h, await h.new_user("pro"))
     db = h.server._db
     assert db is not None
-    await db.write(lambda tx: tx.execute("UPDATE webhooks SET secret = ? WHERE id = ?", hook["secret"], hook["id"]))
+    await db.write(lambda tx: tx.execute(SET_SECRET, secret=hook["secret"], id=hook["id"]))
     again = await start()
     stored = await _stored_secret(again, hook["id"])
     assert stored.startswith(SEALED_PREFIX) and hook["secret"] not in stored

@@ -16,8 +16,11 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from inboxd.app import Inboxd
+from inboxd.store.schema import webhook_jobs
+from inboxd.store.sql import Statement
 from tests.conftest import Clock, Harness
 from tests.webhook_receiver import Receiver
 
@@ -53,10 +56,13 @@ async def start(make_settings: Any, clock: Clock, receiver: Receiver) -> AsyncIt
             await server.stop()
 
 
+JOB_COUNT = Statement(sa.select(sa.func.count()).select_from(webhook_jobs))
+
+
 async def job_count(h: Harness) -> int:
     db = h.server._db
     assert db is not None
-    return int(await db.read(lambda tx: tx.fetchval("SELECT COUNT(*) FROM webhook_jobs")))
+    return int(await db.read(lambda tx: tx.fetchval(JOB_COUNT)))
 
 
 async def deliveries(h: Harness, webhook_id: str, token: str) -> list[dict[str, Any]]:

@@ -12,10 +12,13 @@ from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 from alembic import command
 
 from inboxd.store import migrate
 from inboxd.store.db import Database
+from inboxd.store.schema import message_sources, messages
+from inboxd.store.sql import Statement
 from tests.conftest import PG_URL, Harness, simple_message
 from tests.test_smtp import RawSmtp
 
@@ -26,19 +29,30 @@ def database(harness: Harness) -> Database:
     return db
 
 
-async def count(harness: Harness, sql: str, *args: Any) -> int:
-    return int(await database(harness).read(lambda tx: tx.fetchval(sql, *args)))
+MESSAGES = Statement(sa.select(sa.func.count()).select_from(messages))
+SOURCES = Statement(sa.select(sa.func.count()).select_from(message_sources))
+# The `refs` of the one source there is.
+REFS = Statement(sa.select(message_sources.c.refs))
+
+
+def _references() -> Statement:
+    """Each source's id, `refs`, and the number of copies not deleted that name it."""
+    s, m = message_sources.alias("s"), messages.alias("m")
+    copies = sa.select(sa.func.count()).where(m.c.source_id == s.c.id, m.c.deleted == 0).scalar_subquery()
+    return Statement(sa.select(s.c.id, s.c.refs, copies))
+
+
+REFERENCES = _references()
+
+
+async def count(harness: Harness, statement: Statement) -> int:
+    return int(await database(harness).read(lambda tx: tx.fetchval(statement)))
 
 
 async def assert_references_hold(harness: Harness) -> None:
     """Each source's `refs` is the number of copies not deleted that name it, and no source is
     left that none names."""
-    wrong = await database(harness).read(
-        lambda tx: tx.fetch(
-            "SELECT s.id, s.refs, (SELECT count(*) FROM messages m WHERE m.source_id = s.id AND m.deleted = 0) "
-            "FROM message_sources s"
-        )
-    )
+    wrong = await database(harness).read(lambda tx: tx.fetch(REFERENCES))
     assert [(r[0], r[1], r[2]) for r in wrong if r[1] != r[2] or r[1] <= 0] == []
 
 
@@ -58,9 +72,9 @@ async def test_one_source_for_a_hundred_recipients(harness: Harness) -> None:
     boxes = list(await asyncio.gather(*(quick_mailbox(harness, n) for n in range(100))))
     message = simple_message(subject="to a hundred")
     await harness.send([b["address"] for b in boxes], message)
-    assert await count(harness, "SELECT count(*) FROM messages") == 100
-    assert await count(harness, "SELECT count(*) FROM message_sources") == 1
-    assert await count(harness, "SELECT refs FROM message_sources") == 100
+    assert await count(harness, MESSAGES) == 100
+    assert await count(harness, SOURCES) == 1
+    assert await count(harness, REFS) == 100
 
     async def source_of(box: dict[str, Any]) -> tuple[int, bytes, int]:
         base = f"/api/accounts/{box['id']}"
@@ -77,12 +91,12 @@ async def test_one_source_for_a_hundred_recipients(harness: Harness) -> None:
     base = f"/api/accounts/{boxes[0]['id']}/messages"
     [item] = (await harness.http.get(base, headers=harness.auth())).json()["messages"]
     assert (await harness.http.delete(f"{base}/{item['id']}", headers=harness.auth())).status_code == 204
-    assert await count(harness, "SELECT refs FROM message_sources") == 99
+    assert await count(harness, REFS) == 99
     await assert_references_hold(harness)
     assert await source_of(boxes[1]) == first
     # Deleting a mailbox lets go of its copy too.
     assert (await harness.http.delete(f"/api/accounts/{boxes[1]['id']}", headers=harness.auth())).status_code == 204
-    assert await count(harness, "SELECT refs FROM message_sources") == 98
+    assert await count(harness, REFS) == 98
     await assert_references_hold(harness)
     assert await source_of(boxes[2]) == first
 
@@ -91,11 +105,11 @@ async def test_the_last_copy_takes_the_bytes_with_it(harness: Harness) -> None:
     boxes = [await quick_mailbox(harness, n) for n in range(3)]
     await harness.send([b["address"] for b in boxes])
     for box in boxes:
-        assert await count(harness, "SELECT count(*) FROM message_sources") == 1
+        assert await count(harness, SOURCES) == 1
         base = f"/api/accounts/{box['id']}/messages"
         [item] = (await harness.http.get(base, headers=harness.auth())).json()["messages"]
         assert (await harness.http.delete(f"{base}/{item['id']}", headers=harness.auth())).status_code == 204
-    assert await count(harness, "SELECT count(*) FROM message_sources") == 0
+    assert await count(harness, SOURCES) == 0
 
 
 async def test_expired_copies_let_go_at_purge(harness: Harness) -> None:
@@ -108,12 +122,12 @@ async def test_expired_copies_let_go_at_purge(harness: Harness) -> None:
     harness.clock.advance(settings.retention_pro + 1)
     sweeper = harness.server._workers[0]
     await sweeper.sweep()  # expired, still within the grace: the bytes stay
-    assert await count(harness, "SELECT refs FROM message_sources") == 2
+    assert await count(harness, REFS) == 2
     await assert_references_hold(harness)
     harness.clock.advance(settings.expired_grace + 1)
     await sweeper.sweep()
-    assert await count(harness, "SELECT count(*) FROM messages") == 0
-    assert await count(harness, "SELECT count(*) FROM message_sources") == 0
+    assert await count(harness, MESSAGES) == 0
+    assert await count(harness, SOURCES) == 0
 
 
 def _rows(conn: Any, sql: str) -> list[tuple[Any, ...]]:

@@ -10,10 +10,12 @@ import weakref
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from inboxd.app import Inboxd
 from inboxd.errors import StorageError
 from inboxd.store.db import Tx
+from inboxd.store.sql import Statement
 from inboxd.tasks import TaskSet, cancel_and_wait
 from tests.conftest import Clock
 
@@ -104,8 +106,10 @@ async def test_stop_closes_every_part_when_one_step_fails(make_settings: Any, cl
     assert _refused(http_port)
     assert _refused(smtp_port)
 
+    one = Statement(sa.select(sa.literal(1)))
+
     async def touch(tx: Tx) -> None:
-        await tx.execute("SELECT 1")
+        await tx.execute(one)
 
     with pytest.raises(StorageError):  # the database closed too
         await asyncio.wait_for(db.write(touch), 5)

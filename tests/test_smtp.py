@@ -407,3 +407,31 @@ async def test_pipelined_commands_get_their_replies_in_one_write(harness: Harnes
     assert len(transport.writes) == 2
     assert [line[:3] for line in transport.writes[1].split(b"\r\n")[:-1]] == [b"250", b"250", b"250"]
     session.connection_lost(None)
+
+
+async def test_received_header_follows_helo_and_ehlo_within_one_session(harness: Harness) -> None:
+    """The `Received:` header's start is written once per session, and again when HELO or EHLO
+    changes what it says."""
+    box = await harness.new_mailbox()
+
+    def send_three() -> None:
+        with smtplib.SMTP("127.0.0.1", harness.server.smtp_port, timeout=30) as client:
+            for greet, name in ((client.helo, "first.example"), (client.ehlo, "second.example")) * 2:
+                greet(name)
+                client.sendmail("a@example.org", [box["address"]], simple_message(subject=name).as_bytes())
+
+    await asyncio.to_thread(send_three)
+    listing = await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())
+    heads = []
+    for item in listing.json()["messages"]:
+        source = await harness.http.get(
+            f"/api/accounts/{box['id']}/messages/{item['id']}/source", headers=harness.auth()
+        )
+        head = source.content.split(b"\r\n\tby ", 1)[0] + b" " + source.content.split(b"(inboxd) with ", 1)[1][:6]
+        heads.append((item["subject"], head))
+    assert sorted(heads) == [
+        ("first.example", b"Received: from first.example ([127.0.0.1]) SMTP i"),
+        ("first.example", b"Received: from first.example ([127.0.0.1]) SMTP i"),
+        ("second.example", b"Received: from second.example ([127.0.0.1]) ESMTP "),
+        ("second.example", b"Received: from second.example ([127.0.0.1]) ESMTP "),
+    ]

@@ -483,3 +483,17 @@ async def test_detail_of_a_20_mib_nul_body_holds_few_copies(child: Any) -> None:
     assert size > 5 * len(body)
     # The source and the decoded body, with slack; encoding the answer whole would take 126 MB more.
     assert peak < 64 * MiB, f"the detail took {peak / MiB:.0f} MiB"
+
+
+def test_the_address_check_refuses_exactly_whitespace_brackets_and_controls() -> None:
+    """The pattern `_plausible` uses (smtp/transaction.py) refuses what `str.isspace`, `<`, `>`
+    and the C0 controls name, and nothing else, over the whole Basic Multilingual Plane."""
+    from inboxd.smtp.transaction import _plausible
+
+    for code in range(0x10000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        c = chr(code)
+        expected = not (c.isspace() or c in "<>" or code < 32)
+        assert _plausible(f"a{c}b@example.com") is expected, hex(code)
+    assert _plausible("a" * 320) and not _plausible("a" * 321) and not _plausible("")

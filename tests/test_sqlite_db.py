@@ -6,16 +6,23 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from inboxd.store.db import Tx
+from inboxd.store.sql import Statement
 from inboxd.store.sqlite import SqliteDatabase
+
+t = sa.table("t", sa.column("v", sa.Integer))
+COUNT = Statement(sa.select(sa.func.count()).select_from(t))
+INSERT_ONE = Statement(sa.insert(t).values(v=1))
 
 
 async def _count(tx: Tx) -> int:
-    return int(await tx.fetchval("SELECT count(*) FROM t"))
+    return int(await tx.fetchval(COUNT))
 
 
 async def _insert(tx: Tx) -> int:
-    return await tx.execute("INSERT INTO t (v) VALUES (1)")
+    return await tx.execute(INSERT_ONE)
 
 
 async def test_fresh_file_opens_in_wal_while_reads_and_writes_race(tmp_path: Path) -> None:

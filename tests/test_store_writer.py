@@ -22,10 +22,12 @@ from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 
 from inboxd.errors import StorageError
 from inboxd.store.db import Database, Tx
 from inboxd.store.postgres import PostgresDatabase
+from inboxd.store.sql import Statement
 from inboxd.store.sqlite import SqliteDatabase
 from tests.conftest import PG_URL
 
@@ -35,6 +37,17 @@ TABLES = (
     "CREATE TABLE child (id TEXT PRIMARY KEY, "
     "parent_id TEXT NOT NULL REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)",
 )
+
+# The TABLES as Core tables, for the statements the units of work run.
+t = sa.table("t", sa.column("v", sa.Text))
+child = sa.table("child", sa.column("id", sa.Text), sa.column("parent_id", sa.Text))
+
+INSERT_T = Statement(sa.insert(t).values(v=sa.bindparam("v")))
+ALL_T = Statement(sa.select(t.c.v))
+ONE_T = Statement(sa.select(t.c.v).where(t.c.v == sa.bindparam("v")))
+INSERT_CHILD = Statement(sa.insert(child).values(id=sa.bindparam("id"), parent_id=sa.bindparam("parent_id")))
+COUNT_CHILD = Statement(sa.select(sa.func.count()).select_from(child))
+TXID = Statement(sa.select(sa.func.txid_current()))
 
 
 @contextlib.asynccontextmanager
@@ -97,14 +110,14 @@ def insert(
     value: str, *, then: Callable[[Tx], Coroutine[Any, Any, Any]] | None = None
 ) -> Callable[[Tx], Coroutine[Any, Any, Any]]:
     async def work(tx: Tx) -> Any:
-        await tx.execute("INSERT INTO t (v) VALUES (?)", value)
+        await tx.execute(INSERT_T, v=value)
         return None if then is None else await then(tx)
 
     return work
 
 
 async def visible(tx: Tx) -> list[str]:
-    return sorted(str(r[0]) for r in await tx.fetch("SELECT v FROM t"))
+    return sorted(str(r[0]) for r in await tx.fetch(ALL_T))
 
 
 async def fail(tx: Tx) -> None:
@@ -115,7 +128,7 @@ async def txid(tx: Tx) -> int | None:
     """PostgreSQL's transaction id (so a test can see that units shared one); None on SQLite."""
     if tx.dialect != "postgresql":
         return None
-    return int(await tx.fetchval("SELECT txid_current()"))
+    return int(await tx.fetchval(TXID))
 
 
 async def committed_values(db: Database) -> list[str]:
@@ -134,13 +147,15 @@ class HeldWriter:
         self.task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> HeldWriter:
+        pause = Statement(sa.select(sa.func.pg_sleep(0.02)))
+
         async def hold(tx: Tx) -> None:
             self.started.set()
             if tx.dialect == "sqlite":
                 self.release.wait(10)
             else:
                 while not self.release.is_set():
-                    await tx.execute("SELECT pg_sleep(0.02)")
+                    await tx.execute(pause)
 
         self.task = asyncio.get_running_loop().create_task(self.db.write(hold))
         for _ in range(1000):
@@ -178,7 +193,7 @@ async def test_a_unit_sees_the_earlier_units_of_its_batch_but_not_a_failed_one(d
 
 async def orphan(tx: Tx) -> None:
     # Passes its own SAVEPOINT: the deferred foreign key is checked only at COMMIT.
-    await tx.execute("INSERT INTO child (id, parent_id) VALUES (?, ?)", "orphan", "missing")
+    await tx.execute(INSERT_CHILD, id="orphan", parent_id="missing")
 
 
 async def test_a_failed_commit_fails_every_caller_of_the_batch(db: Database) -> None:
@@ -187,7 +202,7 @@ async def test_a_failed_commit_fails_every_caller_of_the_batch(db: Database) -> 
     results = await asyncio.gather(*tasks, return_exceptions=True)
     assert all(isinstance(r, StorageError) for r in results), results
     assert await committed_values(db) == []
-    assert await db.read(lambda tx: tx.fetchval("SELECT count(*) FROM child")) == 0
+    assert await db.read(lambda tx: tx.fetchval(COUNT_CHILD)) == 0
     # The writer goes on: the next batch commits.
     await db.write(insert("after"))
     assert await committed_values(db) == ["after"]
@@ -198,7 +213,7 @@ async def test_nobody_hears_done_before_a_fresh_connection_sees_the_data(db: Dat
         value = f"v{n:04d}"
         await db.write(insert(value))
         # The read runs on another connection than the writer's: it sees only what is committed.
-        found = await db.read(lambda tx: tx.fetchval("SELECT v FROM t WHERE v = ?", value))
+        found = await db.read(lambda tx: tx.fetchval(ONE_T, v=value))
         return bool(found == value)
 
     assert all(await asyncio.gather(*(one(n) for n in range(300))))
@@ -245,20 +260,23 @@ async def test_a_deadlock_with_another_process_is_retried_not_reported() -> None
     first = await PostgresDatabase.connect(PG_URL, schema=schema, size=2)
     second = await PostgresDatabase.connect(PG_URL, schema=schema, size=2)
     holding = {1: asyncio.Event(), 2: asyncio.Event()}
+    rows_table = sa.table("rows", sa.column("id", sa.Integer), sa.column("n", sa.Integer))
+    bump = Statement(sa.update(rows_table).values(n=rows_table.c.n + 1).where(rows_table.c.id == sa.bindparam("id")))
+    read = Statement(sa.select(rows_table.c.id, rows_table.c.n).order_by(rows_table.c.id))
 
     def crosswise(mine: int, theirs: int) -> Callable[[Tx], Coroutine[Any, Any, None]]:
         async def work(tx: Tx) -> None:
-            await tx.execute("UPDATE rows SET n = n + 1 WHERE id = ?", mine)
+            await tx.execute(bump, id=mine)
             holding[mine].set()
             await holding[theirs].wait()  # both hold one row and now ask for the other's
-            await tx.execute("UPDATE rows SET n = n + 1 WHERE id = ?", theirs)
+            await tx.execute(bump, id=theirs)
 
         return work
 
     try:
         async with asyncio.timeout(30):
             await asyncio.gather(first.write(crosswise(1, 2)), second.write(crosswise(2, 1)))
-        rows = await first.read(lambda tx: tx.fetch("SELECT id, n FROM rows ORDER BY id"))
+        rows = await first.read(lambda tx: tx.fetch(read))
         assert [(r[0], r[1]) for r in rows] == [(1, 2), (2, 2)]  # each ran once, in the end
     finally:
         await first.close()
@@ -288,10 +306,12 @@ async def test_a_terminated_writer_connection_fails_its_batch_at_once_and_writin
     """pg_terminate_backend on the writer's connection mid-batch (an administrator, a failover):
     that batch's callers hear a storage error at once, and the next batch runs on a new connection."""
     backend: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    backend_pid = Statement(sa.select(sa.func.pg_backend_pid()))
+    sleep = Statement(sa.select(sa.func.pg_sleep(60)))
 
     async def hold(tx: Tx) -> None:
-        backend.set_result(int(await tx.fetchval("SELECT pg_backend_pid()")))
-        await tx.execute("SELECT pg_sleep(60)")
+        backend.set_result(int(await tx.fetchval(backend_pid)))
+        await tx.execute(sleep)
 
     held = asyncio.get_running_loop().create_task(pg.write(hold))
     pid = await asyncio.wait_for(backend, 10)
@@ -314,7 +334,7 @@ async def test_a_writer_task_that_dies_fails_every_write_at_once(pg: PostgresDat
     started = asyncio.Event()
 
     async def dying(tx: Tx) -> None:
-        await tx.execute("INSERT INTO t (v) VALUES (?)", "dying")
+        await tx.execute(INSERT_T, v="dying")
         started.set()
         await release.wait()
         raise asyncio.CancelledError
@@ -331,3 +351,15 @@ async def test_a_writer_task_that_dies_fails_every_write_at_once(pg: PostgresDat
     with pytest.raises(StorageError, match="writer stopped"):
         await asyncio.wait_for(pg.write(insert("later")), 1)
     assert await committed_values(pg) == []  # reads go on; nothing half-written was committed
+
+
+async def test_sqlite_writes_of_one_loop_turn_reach_the_writer_together(tmp_path: Path) -> None:
+    """The writes an event loop's turn makes are handed to the writer thread in one put (one
+    wake-up), and so commit as one batch, in the order they were made."""
+    async with fresh_store("sqlite", tmp_path) as (store, _):
+        assert isinstance(store, SqliteDatabase)
+        sizes: list[int] = []
+        store.on_batch = sizes.append
+        await asyncio.gather(*(store.write(insert(f"v{n:02d}")) for n in range(20)))
+        assert sizes == [20]
+        assert await committed_values(store) == [f"v{n:02d}" for n in range(20)]

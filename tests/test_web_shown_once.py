@@ -8,7 +8,10 @@ import base64
 import re
 from typing import Any
 
+import sqlalchemy as sa
+
 from inboxd.services.sessions import SECRET_TTL
+from inboxd.store.sql import Statement
 from tests.conftest import Harness
 from tests.test_web_sessions import csrf_of, origin, signed_in
 
@@ -17,7 +20,8 @@ async def _sessions_table(h: Harness) -> list[str]:
     """Every value of every row of the sessions table, read with plain SQL, as a dump holds them."""
     db = h.server._db
     assert db is not None
-    rows: list[Any] = await db.read(lambda tx: tx.fetch("SELECT * FROM sessions"))
+    every_column = Statement(sa.text("SELECT * FROM sessions"))
+    rows: list[Any] = await db.read(lambda tx: tx.fetch(every_column))
     return [str(v) for row in rows for v in tuple(row)]
 
 

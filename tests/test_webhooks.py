@@ -18,10 +18,13 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from inboxd.app import Inboxd
 from inboxd.errors import InvalidRequest
 from inboxd.services.webhooks import check_url
+from inboxd.store.schema import webhook_jobs
+from inboxd.store.sql import Statement
 from inboxd.webhooks import VerificationError, verify
 from tests.conftest import Clock, Harness, free_port, send_mail
 from tests.webhook_receiver import Receiver
@@ -94,10 +97,13 @@ async def webhook_state(h: Harness, webhook_id: str) -> dict[str, Any]:
     return dict(found)
 
 
+JOB_COUNT = Statement(sa.select(sa.func.count()).select_from(webhook_jobs))
+
+
 async def job_count(h: Harness) -> int:
     db = h.server._db
     assert db is not None
-    return int(await db.read(lambda tx: tx.fetchval("SELECT COUNT(*) FROM webhook_jobs")))
+    return int(await db.read(lambda tx: tx.fetchval(JOB_COUNT)))
 
 
 # --- endpoints ------------------------------------------------------------------------------

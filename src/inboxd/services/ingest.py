@@ -8,18 +8,19 @@ front end can change.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 import msgspec
 
 from inboxd.config import Settings
 from inboxd.errors import MessageRejected
 from inboxd.events import EventBus
+from inboxd.ids import random_hex, random_uuid
 from inboxd.mail.decoding import without_surrogates
-from inboxd.mail.parse import Summary, parse_summary
+from inboxd.mail.parse import MessageWalk, Summary
 from inboxd.model import FaultSet, Mailbox, MessageSummary, NewMailEvent, iso
 from inboxd.services import tags
 from inboxd.services.rawcodec import compress
@@ -35,7 +36,18 @@ EMAIL_RECEIVED = "email.received"
 # Messages above this size are parsed and compressed in a thread: the event loop would otherwise
 # stall every HTTP request and WebSocket for the time a big message takes (docs/performance.md).
 OFF_LOOP_BYTES = 256 * 1024
+# Messages up to this size hand their MIME walk (and so their bytes) to this process's search
+# indexer, which goes on from where the summary stopped; bigger ones it reads back and parses.
+HANDOFF_BYTES = 256 * 1024
 _encode = msgspec.json.Encoder().encode
+
+
+class Stored(NamedTuple):
+    """A copy just stored, as the search index takes it: what it reads of the message, and the walk
+    ingest took its summary from (None for a big message: the indexer reads and parses it again)."""
+
+    source: search.Source
+    walk: MessageWalk | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +98,7 @@ class IngestService:
         self._clock = clock
         self._is_public = public_domains
         self._job_listeners: list[Callable[[], None]] = []
-        self._stored_listeners: list[Callable[[Sequence[search.Source]], None]] = []
+        self._stored_listeners: list[Callable[[Sequence[Stored]], None]] = []
         self._recipients = RecipientCache(clock=clock, ttl=settings.recipient_cache_ttl)
         bus.on_changed(self._recipients.clear)
 
@@ -94,9 +106,9 @@ class IngestService:
         """Called after a commit that queued webhook jobs (the worker wakes at once)."""
         self._job_listeners.append(listener)
 
-    def on_stored(self, listener: Callable[[Sequence[search.Source]], None]) -> None:
+    def on_stored(self, listener: Callable[[Sequence[Stored]], None]) -> None:
         """Called after every commit that stored mail, with what the search index needs of each
-        new copy (this process's indexer takes them at once, without reading them back)."""
+        new copy (this process's indexer takes them at once, without reading or parsing them again)."""
         self._stored_listeners.append(listener)
 
     def cached(self, address: str, *, declared_size: int | None = None) -> Recipient | None:
@@ -161,15 +173,17 @@ class IngestService:
         """
         size = len(raw)
         if size > OFF_LOOP_BYTES:
-            summary, compressed = await asyncio.to_thread(_prepare, raw)
+            walk, summary, compressed = await asyncio.to_thread(_prepare, raw)
         else:
-            summary, compressed = _prepare(raw)
-        del raw  # not needed past this point; the caller lets go of its reference as well
+            walk, summary, compressed = _prepare(raw)
+        del raw  # not needed past this point (but through a small message's walk); the caller lets go too
+        handed = walk if size <= HANDOFF_BYTES else None
+        del walk
         now = self._clock()
         kept = None if envelope is None else _encode([storable(a) for a in envelope]).decode()
         copies = [self._copy(r, summary, sender=sender, size=size, now=now) for r in recipients]
         # One row of bytes for the delivery, however many mailboxes it reaches.
-        source_id = str(uuid.uuid4())
+        source_id = random_uuid()
         client_ip, helo = _storable_or_none(client_ip), _storable_or_none(helo)
         items = [
             message_store.NewMessage(
@@ -187,7 +201,9 @@ class IngestService:
         await self._bus.publish(events)
         if self._stored_listeners:
             stored = [
-                search.Source(c.id, compressed, c.subject, c.from_, c.sender, addresses[c.mailbox_id], kept)
+                Stored(
+                    search.Source(c.id, compressed, c.subject, c.from_, c.sender, addresses[c.mailbox_id], kept), handed
+                )
                 for c in copies
             ]
             for took in self._stored_listeners:
@@ -202,7 +218,7 @@ class IngestService:
         # Ingest's tags: the plus part first, then the X-Tags header (merged is cheap: a few short strings).
         kept = tags.merged(recipient.tags, tags.from_header(summary.x_tags)) if summary.x_tags or recipient.tags else ()
         return MessageSummary(
-            id=str(uuid.uuid4()),
+            id=random_uuid(),
             mailbox_id=recipient.mailbox.id,
             sender=storable(sender),
             from_=storable(summary.from_),
@@ -241,9 +257,10 @@ async def _refusal_at_commit(tx: Tx, items: Sequence[message_store.NewMessage]) 
     return MessageRejected(code="mailbox_full")
 
 
-def _prepare(raw: bytes | bytearray) -> tuple[Summary, bytes]:
-    """The summary and the compressed bytes of one message (pure; may run in a thread)."""
-    return parse_summary(raw), compress(raw)
+def _prepare(raw: bytes | bytearray) -> tuple[MessageWalk, Summary, bytes]:
+    """The MIME walk, the summary and the compressed bytes of one message (pure; may run in a thread)."""
+    walk = MessageWalk(raw)
+    return walk, walk.summary(), compress(raw)
 
 
 def storable(text: str) -> str:
@@ -284,10 +301,10 @@ async def _store(
     jobs = []
     for event in events:
         for webhook_id in hooks.get(event.user_id, ()):
-            event_id = f"evt_{uuid.uuid4().hex}"
+            event_id = f"evt_{random_hex()}"
             jobs.append(
                 webhook_store.NewJob(
-                    id=str(uuid.uuid4()),
+                    id=random_uuid(),
                     webhook_id=webhook_id,
                     event_id=event_id,
                     event_type=EMAIL_RECEIVED,

@@ -7,6 +7,8 @@ from __future__ import annotations
 DOT_LINE = b"\r\n."
 # Stuffed dots noted as DATA streams in; past this many (hostile input) one replace at the end does it.
 MAX_DOTS = 20_000
+# Messages up to this size without stuffed dots are assembled with one join.
+SMALL = 256 * 1024
 
 
 class DataBuffer:
@@ -82,6 +84,8 @@ class DataBuffer:
         The copy is one slice assignment per piece: short GIL holds, whatever the message's size.
         """
         chunks, dots, self.chunks = self.chunks, self.dots, []
+        if not dots and dots is not None and self.size <= SMALL:
+            return bytearray().join(chunks)  # one C call; held twice only for a moment, and small
         if dots is None:
             # Too many stuffed dots to have noted (hostile input): undone over the whole text.
             return bytearray().join(chunks).replace(DOT_LINE, b"\r\n")

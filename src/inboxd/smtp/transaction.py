@@ -11,14 +11,15 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import re
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import TYPE_CHECKING
 
 from inboxd.errors import InboxdError, MessageRejected
+from inboxd.ids import random_hex
 from inboxd.model import FaultSet
 from inboxd.services.faults import NOTHING, Action, FaultService, first_action
 from inboxd.services.ingest import OFF_LOOP_BYTES, Recipient
@@ -37,6 +38,8 @@ class Transaction:
 
     declared_size: int | None = None
     queue_id = ""
+    # The session's `Received:` header up to the queue id, with what it was written from.
+    received_head: tuple[tuple[str | None, bool, bool, bool, str], str] | None = None
 
     if TYPE_CHECKING:
         # What the session (`smtp/session.py`) holds and does, as this part of it uses it.
@@ -196,7 +199,7 @@ class Transaction:
 
     def _start_data(self) -> None:
         self.reply(R.START_DATA)
-        self.queue_id = uuid.uuid4().hex[:16]
+        self.queue_id = random_hex(16)
         limit = self.server.settings.max_message_size
         # Room for the dots of a stuffed message of the largest size; more is answered 552 at its end.
         self.message = DataBuffer(self._received(self.queue_id), limit=limit + limit // 8 + 1024)
@@ -369,36 +372,44 @@ class Transaction:
             metrics.smtp_bytes.inc(size)
             metrics.smtp_ingest.observe(seconds)
         if log.isEnabledFor(logging.INFO):
-            log.info(
-                "smtp transaction %s",
-                outcome,
-                extra={
-                    "fields": {
-                        "client": self.peer,
-                        "from": self.sender if self.sender is not None else "-",
-                        "mailbox": ",".join(r.mailbox.address for r in self.recipients) or "-",
-                        "size": size,
-                        "stage": stage,
-                        "reply": answer,
-                        "ms": round(seconds * 1000, 2),
-                    }
-                },
+            fields = {
+                "client": self.peer,
+                "from": self.sender if self.sender is not None else "-",
+                "mailbox": ",".join(r.mailbox.address for r in self.recipients) or "-",
+                "size": size,
+                "stage": stage,
+                "reply": answer,
+                "ms": round(seconds * 1000, 2),
+            }
+            # Made and handled as `log.info` would, without its look up the stack for the caller's
+            # file and line, which no formatter writes (`logs.py`; as `api/observe.py` does).
+            record = log.makeRecord(
+                log.name, logging.INFO, __file__, 0, "smtp transaction %s", (outcome,), None, extra={"fields": fields}
             )
+            log.handle(record)
 
     def _received(self, queue_id: str) -> bytes:
-        proto = "ESMTP" if self.esmtp else "SMTP"
-        if self.secure:
-            proto += "S"
-        if self.hooks.authenticated:
-            proto += "A"
         # RFC 5321 4.4: the recipient path as sent, when there is exactly one (never the sandbox's own address).
         single = f"\r\n\tfor <{self.envelope[0]}>" if len(self.envelope) == 1 else ""
         stamp = _date_of(int(time.time()))
+        return f"{self._received_head()}id {queue_id}{single}; {stamp}\r\n".encode("utf-8", "surrogateescape")
+
+    def _received_head(self) -> str:
+        """The `Received:` header up to the queue id: the same for every message of a session until
+        EHLO, STARTTLS or AUTH changes it, so it is written once, not per message."""
+        authenticated = self.hooks.authenticated
+        key = (self.helo, self.esmtp, self.secure, authenticated, self.peer)
+        if self.received_head is not None and self.received_head[0] == key:
+            return self.received_head[1]
+        proto = "ESMTP" if self.esmtp else "SMTP"
+        if self.secure:
+            proto += "S"
+        if authenticated:
+            proto += "A"
         helo = (self.helo or "unknown").replace("\r", "").replace("\n", "")
-        return (
-            f"Received: from {helo} ([{self.peer}])\r\n\tby {self.server.hostname} (inboxd) with {proto} "
-            f"id {queue_id}{single}; {stamp}\r\n"
-        ).encode("utf-8", "surrogateescape")
+        head = f"Received: from {helo} ([{self.peer}])\r\n\tby {self.server.hostname} (inboxd) with {proto} "
+        self.received_head = (key, head)
+        return head
 
 
 @functools.lru_cache(maxsize=2)
@@ -431,5 +442,9 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
+# What no address on MAIL or RCPT may hold: whitespace (`\s` is `str.isspace`), angle brackets, controls.
+_IMPLAUSIBLE = re.compile(r"[\s<>\x00-\x1f]")
+
+
 def _plausible(address: str) -> bool:
-    return 0 < len(address) <= 320 and not any(c.isspace() or c in "<>" or ord(c) < 32 for c in address)
+    return 0 < len(address) <= 320 and _IMPLAUSIBLE.search(address) is None

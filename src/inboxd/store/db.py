@@ -1,18 +1,19 @@
 """Hot-path database access on the drivers themselves: `sqlite3` threads or an asyncpg pool.
 
-Queries are `Statement`s (`store/sql.py`): SQLAlchemy Core constructs compiled once per
-dialect, run with their parameters by name against the `Tx` interface:
+Every query is a `Statement` (`store/sql.py`): a SQLAlchemy Core construct over the tables of
+`store/schema.py`, compiled once per dialect, run with its parameters by name against the `Tx`
+interface:
 
-    ADD = Statement(t.insert().values(a=bindparam("a")))
+    SET = Statement(insert(meta).values(values_of(meta)))
+    GET = Statement(select(meta.c.value).where(meta.c.key == param(meta.c.key)))
 
-    async def add(tx: Tx) -> None:
-        await tx.execute(ADD, a=1)
-    await db.write(add)
+    async def remember(tx: Tx) -> str:
+        await tx.execute(SET, key="greeting", value="hello")
+        return str(await tx.fetchval(GET, key="greeting"))
+    await db.write(remember)
 
-A plain SQL string with `?` placeholders and positional arguments is still taken, for the
-modules not yet written as `Statement`s and for tests and operations code off the request
-path; on PostgreSQL its `?` are turned into `$n` (`store/postgres.py`). It goes once every
-module is converted.
+No SQL string is taken: what the drivers run is the text a `Statement` compiled to, as it is
+(`sa.text(...)` with named parameters, in a `Statement`, for SQL that no construct says well).
 
 A unit of work is an `async def` taking a `Tx` that awaits nothing but `Tx` calls. On
 PostgreSQL it runs on the event loop inside an asyncpg transaction. On SQLite no `Tx` call
@@ -29,7 +30,7 @@ This module is the interface (`Tx`, `Database`, `Row`); the engines behind it ar
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from inboxd.store.sql import Statement
@@ -52,21 +53,17 @@ log = logging.getLogger("inboxd.store")
 class Tx(Protocol):
     """What a unit of work may call. `dialect` is "sqlite" or "postgresql".
 
-    A `Statement` takes its parameters by name (`**params`); a SQL string (the old way, see
-    above) takes positional `args` for its `?`. `executemany` takes one mapping of parameters
-    per row for a `Statement`, one sequence per row for a string. `execute` returns the number
-    of rows changed.
+    A `Statement` takes its parameters by name (`**params`); `executemany` takes one mapping of
+    them per row. `execute` returns the number of rows changed.
     """
 
     dialect: str
 
-    async def fetch(self, sql: Statement | str, /, *args: Any, **params: Any) -> list[Row]: ...
-    async def fetchrow(self, sql: Statement | str, /, *args: Any, **params: Any) -> Row | None: ...
-    async def fetchval(self, sql: Statement | str, /, *args: Any, **params: Any) -> Any: ...
-    async def execute(self, sql: Statement | str, /, *args: Any, **params: Any) -> int: ...
-    async def executemany(
-        self, sql: Statement | str, rows: Iterable[Mapping[str, Any]] | Iterable[Sequence[Any]], /
-    ) -> None: ...
+    async def fetch(self, statement: Statement, /, **params: Any) -> list[Row]: ...
+    async def fetchrow(self, statement: Statement, /, **params: Any) -> Row | None: ...
+    async def fetchval(self, statement: Statement, /, **params: Any) -> Any: ...
+    async def execute(self, statement: Statement, /, **params: Any) -> int: ...
+    async def executemany(self, statement: Statement, rows: Iterable[Mapping[str, Any]], /) -> None: ...
     async def fetch_blob(self, table: str, column: str, key_column: str, key: Any) -> bytes | bytearray | None:
         """`column` of the `table` row whose `key_column` is `key` (None when there is no such
         row), for values of megabytes: SQLite reads it in pieces, letting go of the GIL between

@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from functools import lru_cache
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from inboxd.errors import DuplicateKey, InsufficientStorage, StorageError
@@ -24,18 +22,6 @@ log = logging.getLogger("inboxd.store")
 CONFLICT_RETRIES = 5
 
 
-_PLACEHOLDER = re.compile(r"\?")
-
-
-@lru_cache(maxsize=2048)
-def to_postgres(sql: str) -> str:
-    """`?` placeholders to `$1…$n` in a plain SQL string (our SQL strings never hold a literal
-    question mark). Only for the string path of `Tx`, which goes once every module is written
-    as `Statement`s; those are compiled to `$n` by SQLAlchemy, once."""
-    counter = iter(range(1, 10_000))
-    return _PLACEHOLDER.sub(lambda _m: f"${next(counter)}", sql)
-
-
 class _PgTx:
     dialect = "postgresql"
 
@@ -43,59 +29,43 @@ class _PgTx:
         self._conn = conn
 
     # A `Statement`'s PostgreSQL text takes `$1…$n`: its `args` orders the named parameters.
-    # A string takes `args` for its `?`.
 
-    async def fetch(self, sql: Statement | str, /, *args: Any, **params: Any) -> list[Row]:
+    async def fetch(self, statement: Statement, /, **params: Any) -> list[Row]:
+        c = statement.compiled("postgresql")
         rows: list[Row]
-        if isinstance(sql, Statement):
-            c = sql.compiled("postgresql")
-            if sql.replan:
-                rows = await (await self._conn.prepare(c.sql)).fetch(*c.args(params))
-            else:
-                rows = await self._conn.fetch(c.sql, *c.args(params))
+        if statement.replan:
+            rows = await (await self._conn.prepare(c.sql)).fetch(*c.args(params))
         else:
-            rows = await self._conn.fetch(to_postgres(sql), *args)
+            rows = await self._conn.fetch(c.sql, *c.args(params))
         return rows
 
-    async def fetchrow(self, sql: Statement | str, /, *args: Any, **params: Any) -> Row | None:
+    async def fetchrow(self, statement: Statement, /, **params: Any) -> Row | None:
+        c = statement.compiled("postgresql")
         row: Row | None
-        if isinstance(sql, Statement):
-            c = sql.compiled("postgresql")
-            if sql.replan:
-                row = await (await self._conn.prepare(c.sql)).fetchrow(*c.args(params))
-            else:
-                row = await self._conn.fetchrow(c.sql, *c.args(params))
+        if statement.replan:
+            row = await (await self._conn.prepare(c.sql)).fetchrow(*c.args(params))
         else:
-            row = await self._conn.fetchrow(to_postgres(sql), *args)
+            row = await self._conn.fetchrow(c.sql, *c.args(params))
         return row
 
-    async def fetchval(self, sql: Statement | str, /, *args: Any, **params: Any) -> Any:
-        if isinstance(sql, Statement):
-            c = sql.compiled("postgresql")
-            if sql.replan:
-                return await (await self._conn.prepare(c.sql)).fetchval(*c.args(params))
-            return await self._conn.fetchval(c.sql, *c.args(params))
-        return await self._conn.fetchval(to_postgres(sql), *args)
+    async def fetchval(self, statement: Statement, /, **params: Any) -> Any:
+        c = statement.compiled("postgresql")
+        if statement.replan:
+            return await (await self._conn.prepare(c.sql)).fetchval(*c.args(params))
+        return await self._conn.fetchval(c.sql, *c.args(params))
 
-    async def execute(self, sql: Statement | str, /, *args: Any, **params: Any) -> int:
-        if isinstance(sql, Statement):
-            c = sql.compiled("postgresql")
-            status: str = await self._conn.execute(c.sql, *c.args(params))
-        else:
-            status = await self._conn.execute(to_postgres(sql), *args)
+    async def execute(self, statement: Statement, /, **params: Any) -> int:
+        c = statement.compiled("postgresql")
+        status: str = await self._conn.execute(c.sql, *c.args(params))
         tail = status.rsplit(" ", 1)[-1]
         return int(tail) if tail.isdigit() else 0
 
-    async def executemany(
-        self, sql: Statement | str, rows: Iterable[Mapping[str, Any]] | Iterable[Sequence[Any]], /
-    ) -> None:
-        if isinstance(sql, Statement):
-            c = sql.compiled("postgresql")
-            await self._conn.executemany(c.sql, [c.args(r) for r in rows])  # type: ignore[arg-type]
-        else:
-            await self._conn.executemany(to_postgres(sql), rows)
+    async def executemany(self, statement: Statement, rows: Iterable[Mapping[str, Any]], /) -> None:
+        c = statement.compiled("postgresql")
+        await self._conn.executemany(c.sql, [c.args(r) for r in rows])
 
     async def fetch_blob(self, table: str, column: str, key_column: str, key: Any) -> bytes | bytearray | None:
+        # The names are the caller's constants (never data), as on SQLite; the key is a parameter.
         value = await self._conn.fetchval(f"SELECT {column} FROM {table} WHERE {key_column} = $1", key)
         return None if value is None else bytes(value)
 

@@ -10,7 +10,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,46 +32,33 @@ class _SqliteTx:
         self._conn = conn
 
     # A `Statement`'s named parameters become the tuple of its `?` (`Compiled.args`, which also
-    # makes a list parameter JSON, `store/sql.py`). A string takes `args` for its `?`.
+    # makes a list parameter JSON, `store/sql.py`).
 
-    async def fetch(self, sql: Statement | str, /, *args: Any, **params: Any) -> list[Row]:
-        if isinstance(sql, Statement):
-            c = sql.compiled("sqlite")
-            return self._conn.execute(c.sql, c.args(params)).fetchall()
-        return self._conn.execute(sql, args).fetchall()
+    async def fetch(self, statement: Statement, /, **params: Any) -> list[Row]:
+        c = statement.compiled("sqlite")
+        return self._conn.execute(c.sql, c.args(params)).fetchall()
 
-    async def fetchrow(self, sql: Statement | str, /, *args: Any, **params: Any) -> Row | None:
-        if isinstance(sql, Statement):
-            c = sql.compiled("sqlite")
-            row: Row | None = self._conn.execute(c.sql, c.args(params)).fetchone()
-        else:
-            row = self._conn.execute(sql, args).fetchone()
+    async def fetchrow(self, statement: Statement, /, **params: Any) -> Row | None:
+        c = statement.compiled("sqlite")
+        row: Row | None = self._conn.execute(c.sql, c.args(params)).fetchone()
         return row
 
-    async def fetchval(self, sql: Statement | str, /, *args: Any, **params: Any) -> Any:
-        if isinstance(sql, Statement):
-            c = sql.compiled("sqlite")
-            row = self._conn.execute(c.sql, c.args(params)).fetchone()
-        else:
-            row = self._conn.execute(sql, args).fetchone()
+    async def fetchval(self, statement: Statement, /, **params: Any) -> Any:
+        c = statement.compiled("sqlite")
+        row = self._conn.execute(c.sql, c.args(params)).fetchone()
         return None if row is None else row[0]
 
-    async def execute(self, sql: Statement | str, /, *args: Any, **params: Any) -> int:
-        if isinstance(sql, Statement):
-            c = sql.compiled("sqlite")
-            return self._conn.execute(c.sql, c.args(params)).rowcount
-        return self._conn.execute(sql, args).rowcount
+    async def execute(self, statement: Statement, /, **params: Any) -> int:
+        c = statement.compiled("sqlite")
+        return self._conn.execute(c.sql, c.args(params)).rowcount
 
-    async def executemany(
-        self, sql: Statement | str, rows: Iterable[Mapping[str, Any]] | Iterable[Sequence[Any]], /
-    ) -> None:
-        if isinstance(sql, Statement):
-            c = sql.compiled("sqlite")
-            self._conn.executemany(c.sql, map(c.args, rows))  # type: ignore[arg-type]
-        else:
-            self._conn.executemany(sql, rows)
+    async def executemany(self, statement: Statement, rows: Iterable[Mapping[str, Any]], /) -> None:
+        c = statement.compiled("sqlite")
+        self._conn.executemany(c.sql, map(c.args, rows))
 
     async def fetch_blob(self, table: str, column: str, key_column: str, key: Any) -> bytes | bytearray | None:
+        # The names are the caller's constants (never data), and `blobopen` takes them as names
+        # anyway; the key is a parameter.
         row = self._conn.execute(f"SELECT rowid FROM {table} WHERE {key_column} = ?", (key,)).fetchone()
         if row is None:
             return None
@@ -168,6 +155,27 @@ def _settle(job: _Job, result: Any, error: BaseException | None) -> None:
         job.loop.call_soon_threadsafe(apply)
 
 
+def _settle_all(outcomes: list[tuple[_Job, Any, BaseException | None]]) -> None:
+    """`_settle` for a whole batch: one wake-up of each caller's loop, not one per job (each
+    costs the loop a syscall, and the writer thread the GIL handed back and forth)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, Any, BaseException | None]]] = {}
+    for outcome in outcomes:
+        by_loop.setdefault(outcome[0].loop, []).append(outcome)
+
+    def apply(settled: list[tuple[_Job, Any, BaseException | None]]) -> None:
+        for job, result, error in settled:
+            if job.future.done():
+                continue
+            if error is not None:
+                job.future.set_exception(error)
+            else:
+                job.future.set_result(result)
+
+    for loop, settled in by_loop.items():
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(apply, settled)
+
+
 class SqliteDatabase:
     """SQLite in WAL mode with `synchronous=FULL`: one group-committing writer thread, reads on the loop."""
 
@@ -180,7 +188,12 @@ class SqliteDatabase:
 
     def __init__(self, path: str) -> None:
         self._path = path
-        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        # Jobs, or a list of them (what one turn of an event loop wrote), or None: the stop mark.
+        self._queue: queue.SimpleQueue[_Job | list[_Job] | None] = queue.SimpleQueue()
+        # Writes of the current turn of `_outbox_loop`, handed to the writer at its end in one put:
+        # each put may wake the writer thread, which then takes the GIL from the loop's.
+        self._outbox: list[_Job] = []
+        self._outbox_loop: asyncio.AbstractEventLoop | None = None
         self._reader: sqlite3.Connection | None = None
         # Set by `close` under the lock, so no job is queued behind the writer's stop mark
         # (a job there would never run and its caller would wait forever).
@@ -232,11 +245,30 @@ class SqliteDatabase:
     async def write(self, work: Work[T]) -> T:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        with self._lock:
-            if self._closed:
-                raise StorageError("The database is closed.")
-            self._queue.put(_Job(work, future, loop))
+        if self._closed:
+            raise StorageError("The database is closed.")
+        job = _Job(work, future, loop)
+        if self._outbox_loop is None:
+            self._outbox_loop = loop
+            loop.call_soon(self._post)
+        if self._outbox_loop is loop:
+            self._outbox.append(job)
+        else:  # another loop's turn is being gathered: this one goes at once
+            with self._lock:
+                if self._closed:
+                    raise StorageError("The database is closed.")
+                self._queue.put(job)
         return await future
+
+    def _post(self) -> None:
+        """Hand the turn's writes to the writer thread, in order, in one put."""
+        jobs, self._outbox, self._outbox_loop = self._outbox, [], None
+        with self._lock:
+            if not self._closed:
+                self._queue.put(jobs)
+                return
+        for job in jobs:
+            _settle(job, None, StorageError("The database is closed."))
 
     def _write_loop(self, conn: sqlite3.Connection) -> None:
         """The writer thread. It never dies while jobs can arrive: a job left waiting here would
@@ -246,7 +278,7 @@ class SqliteDatabase:
                 job = self._queue.get()
                 if job is None:
                     return
-                batch = [job]
+                batch = job if isinstance(job, list) else [job]
                 stop = False
                 while len(batch) < MAX_BATCH:
                     try:
@@ -256,7 +288,12 @@ class SqliteDatabase:
                     if more is None:
                         stop = True
                         break
-                    batch.append(more)
+                    if isinstance(more, list):
+                        batch.extend(more)
+                    else:
+                        batch.append(more)
+                if not batch:
+                    continue
                 try:
                     self._run_batch(conn, batch)
                 except Exception as exc:  # a bug must fail its jobs, not kill the thread
@@ -276,8 +313,10 @@ class SqliteDatabase:
                 job = self._queue.get_nowait()
             except queue.Empty:
                 return
-            if job is not None:
-                _settle(job, None, StorageError("The database is closed."))
+            if job is None:
+                continue
+            for left in job if isinstance(job, list) else [job]:
+                _settle(left, None, StorageError("The database is closed."))
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
         if self.on_batch is not None:
@@ -306,8 +345,7 @@ class SqliteDatabase:
             for job in batch:
                 _settle(job, None, failure)
             return
-        for job, (result, error) in zip(batch, outcomes, strict=True):
-            _settle(job, result, error)
+        _settle_all([(job, result, error) for job, (result, error) in zip(batch, outcomes, strict=True)])
 
     async def close(self) -> None:
         with self._lock:

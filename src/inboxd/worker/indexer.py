@@ -1,10 +1,13 @@
 """The search indexer: fills `message_search` off the SMTP path.
 
 Ingest answers 250 without waiting for it; the indexer is woken after each commit with the new
-message ids (and looks on its own every few seconds), reads the messages still flagged
-`indexed = 0`, parses them in a thread and writes their rows in one transaction, then tells the
-bus which mailboxes gained indexed mail so waits on full-text filters look again. The flag lives
-in the database, so a restart simply carries on.
+messages (and looks on its own every few seconds), gathers what LINGER seconds bring, takes the
+messages still flagged `indexed = 0`, builds their documents in a thread and writes their rows
+in one transaction, then tells the bus which mailboxes gained indexed mail so waits on full-text
+filters look again. A message ingest handed over comes with the MIME walk its summary was taken
+from, which goes on where the summary stopped: it is neither read back, nor decompressed, nor
+parsed again. Others (too big to keep, left by a restart or another process) are read back and
+parsed. The flag lives in the database, so a restart simply carries on.
 
 Several processes on one database each index the mail they took themselves, and another's only
 once it is SETTLE seconds old (left behind by a process that stopped): each message is parsed
@@ -25,9 +28,9 @@ import msgspec
 
 from inboxd.events import EventBus
 from inboxd.mail.html_text import html_to_text
-from inboxd.mail.parse import body_prefixes
+from inboxd.mail.parse import MessageWalk, body_prefixes
 from inboxd.services.filters import index_words
-from inboxd.services.ingest import storable
+from inboxd.services.ingest import Stored, storable
 from inboxd.services.rawcodec import decompress
 from inboxd.store import search
 from inboxd.store.db import Database
@@ -36,12 +39,18 @@ from inboxd.tasks import cancel_and_wait
 log = logging.getLogger("inboxd.indexer")
 BATCH = 200
 POLL_INTERVAL = 5.0
+# Seconds the indexer waits after a wake before it reads what is waiting (well within the 2 s in
+# which mail is searchable).
+LINGER = 0.05
 SETTLE = 10.0
 OWN_LIMIT = 100_000
 # Sources ingest hands over with the ids (so the indexer need not read them back) are kept up to
-# this many bytes in all, each up to SOURCE_BYTES compressed; beyond, only the id is kept.
-KEPT_BYTES = 8 * 1024 * 1024
-SOURCE_BYTES = 64 * 1024
+# this many bytes in all, each up to SOURCE_BYTES (compressed, and raw with the walk ingest took its
+# summary from); beyond, only the id is kept.
+KEPT_BYTES = 16 * 1024 * 1024
+SOURCE_BYTES = 384 * 1024
+# What a walk holds besides the raw bytes (parsed headers, the paused generator), roughly.
+WALK_OVERHEAD = 4096
 BODY_CHARS = 256 * 1024
 # The body's words come from its first BODY_CHARS characters, so no more than this much of its
 # encoded payload is decoded (base64 and 4-byte UTF-8 fit 256 Ki characters in it).
@@ -54,11 +63,12 @@ CHUNK_BYTES = 16 * 1024 * 1024
 _decode_envelope = msgspec.json.Decoder(list[str]).decode
 
 
-def build_doc(row: search.Source, pending: search.Pending) -> search.Doc:
-    """One message's index row from its stored source; pure CPU, run in a thread."""
+def build_doc(row: search.Source, pending: search.Pending, walk: MessageWalk | None = None) -> search.Doc:
+    """One message's index row from its stored source, or from the MIME walk ingest took its summary
+    from (the walk goes on where the summary stopped: nothing is decompressed or parsed again);
+    pure CPU, run in a thread."""
     message_id, compressed, subject, from_, sender, address, envelope = row
-    raw = decompress(compressed)
-    bodies = body_prefixes(raw, BODY_BYTES)
+    bodies = body_prefixes(decompress(compressed), BODY_BYTES) if walk is None else walk.bodies(BODY_BYTES)
     # The sandbox keeps the envelope recipients: Bcc'd addresses are found by `to` too.
     captured = _decode_envelope(envelope) if envelope else []
     recipients = storable(" ".join([address, *bodies.recipients, *captured])).lower()
@@ -82,19 +92,24 @@ class SearchIndexer:
         clock: Callable[[], float],
         batch: int = BATCH,
         interval: float = POLL_INTERVAL,
+        linger: float = LINGER,
     ) -> None:
         self._db = db
         self._bus = bus
         self._clock = clock
         self._batch = batch
         self._interval = interval
+        self._linger = linger
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        # Ids of mail this process stored and has not indexed yet, with the source ingest handed
-        # over when it kept it; a message whose id is lost from here (the set is capped) is indexed
-        # all the same once settled.
-        self._own: dict[str, search.Source | None] = {}
+        # Ids of mail this process stored and has not indexed yet, with what ingest handed over
+        # when it kept it; a message whose id is lost from here (the set is capped) is indexed all
+        # the same once settled.
+        self._own: dict[str, Stored | None] = {}
         self._kept_bytes = 0
+        # Messages indexed from what ingest handed over, and read back from the database (the
+        # tests read them: a message handed over must not be read back).
+        self.handed = self.read_back = 0
 
     def wake(self, message_ids: Sequence[str] = ()) -> None:
         for message_id in message_ids:
@@ -102,25 +117,26 @@ class SearchIndexer:
                 self._own.setdefault(message_id, None)
         self._wake.set()
 
-    def took(self, stored: Sequence[search.Source]) -> None:
+    def took(self, stored: Sequence[Stored]) -> None:
         """Mail this process just stored, with what the index needs of it (ingest's `on_stored`):
-        small sources are kept, so indexing them reads nothing back from the database."""
-        for source in stored:
-            size = len(source.compressed)
+        small messages are kept with their walk, so indexing them reads nothing back from the
+        database and parses nothing twice."""
+        for item in stored:
+            size = _held(item)
             if len(self._own) >= OWN_LIMIT:
                 break
             if size <= SOURCE_BYTES and self._kept_bytes + size <= KEPT_BYTES:
-                self._own[source.message_id] = source
+                self._own[item.source.message_id] = item
                 self._kept_bytes += size
             else:
-                self._own.setdefault(source.message_id, None)
+                self._own.setdefault(item.source.message_id, None)
         self._wake.set()
 
-    def _take(self, message_id: str) -> search.Source | None:
-        source = self._own.pop(message_id, None)
-        if source is not None:
-            self._kept_bytes -= len(source.compressed)
-        return source
+    def _take(self, message_id: str) -> Stored | None:
+        item = self._own.pop(message_id, None)
+        if item is not None:
+            self._kept_bytes -= _held(item)
+        return item
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -150,6 +166,9 @@ class SearchIndexer:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._interval):
                     await self._wake.wait()
+            # Mail comes in bursts: what a moment brings is one batch (one read, one thread hop, one
+            # transaction) rather than a batch per commit.
+            await asyncio.sleep(self._linger)
 
     async def index_pending(self, *, everything: bool = False) -> int:
         """Index one batch of waiting messages (this process's own and settled ones, or with
@@ -166,11 +185,13 @@ class SearchIndexer:
             return 0
         pending_of = {p.id: p for p in waiting}
         # Handed over by ingest (still there and unindexed, as `pending` just said), or read back.
-        rows = [source for p in waiting if (source := kept.get(p.id)) is not None]
-        docs = await asyncio.to_thread(_build_all, rows, pending_of) if rows else []
+        handed = [item for p in waiting if (item := kept.get(p.id)) is not None]
+        docs = await asyncio.to_thread(_build_all, handed, pending_of) if handed else []
+        self.handed += len(handed)
         for chunk in _chunks([p for p in waiting if kept.get(p.id) is None]):
             rows = await self._db.read_large(partial(search.sources, message_ids=chunk))
-            docs += await asyncio.to_thread(_build_all, rows, pending_of)
+            self.read_back += len(rows)
+            docs += await asyncio.to_thread(_build_all, [Stored(row, None) for row in rows], pending_of)
         # Deleted meanwhile, or unparseable: nothing to index, and not worth another try.
         skipped = set(pending_of) - {d.message_id for d in docs}
         if skipped:
@@ -193,11 +214,16 @@ def _chunks(waiting: Sequence[search.Pending]) -> list[list[str]]:
     return chunks
 
 
-def _build_all(rows: Sequence[search.Source], pending_of: dict[str, search.Pending]) -> list[search.Doc]:
+def _held(item: Stored) -> int:
+    """The bytes a kept message holds: its compressed source, and its raw bytes through the walk."""
+    return len(item.source.compressed) + (item.walk.size + WALK_OVERHEAD if item.walk is not None else 0)
+
+
+def _build_all(items: Sequence[Stored], pending_of: dict[str, search.Pending]) -> list[search.Doc]:
     docs = []
-    for row in rows:
+    for source, walk in items:
         try:
-            docs.append(build_doc(row, pending_of[row[0]]))
+            docs.append(build_doc(source, pending_of[source.message_id], walk))
         except Exception:
-            log.exception("cannot index message %s; it is left out of search", row[0])
+            log.exception("cannot index message %s; it is left out of search", source.message_id)
     return docs

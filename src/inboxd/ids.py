@@ -1,0 +1,23 @@
+"""Random identifiers: UUIDs (version 4) as text, made without the `uuid.UUID` object.
+
+`str(uuid.uuid4())` builds an object, checks and sets its bits on a 128-bit integer and formats
+it back; ingest makes three or more per message. The same random bits formatted directly cost a
+fraction of that, and give the same kind of id.
+"""
+
+from __future__ import annotations
+
+import os
+
+_VARIANT = "89ab89ab89ab89ab"  # RFC 9562 variant bits 10xx over the 16 values of a hex digit
+
+
+def random_uuid() -> str:
+    """A random (version 4) UUID in its canonical text form, as `str(uuid.uuid4())`."""
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[int(h[16], 16)]}{h[17:20]}-{h[20:]}"
+
+
+def random_hex(digits: int = 32) -> str:
+    """`digits` random lowercase hex digits, as `uuid.uuid4().hex[:digits]` is random in them."""
+    return os.urandom((digits + 1) // 2).hex()[:digits]
