@@ -116,7 +116,7 @@ def test_shapes_build_each_key_once_and_keep_a_bounded_number() -> None:
 async def test_upsert_updates_or_leaves_the_row(db: Database) -> None:
     pairs = sa.table("pairs", sa.column("k", sa.Text), sa.column("n", sa.Integer))
     table = sa.Table("pairs", sa.MetaData(), sa.Column("k", sa.Text, primary_key=True), sa.Column("n", sa.Integer))
-    create = Statement(sa.text("CREATE TABLE pairs (k TEXT PRIMARY KEY, n INTEGER)"))
+    create = Statement(lambda: sa.text("CREATE TABLE pairs (k TEXT PRIMARY KEY, n INTEGER)"))
     await db.write(lambda tx: tx.execute(create))
     replace = upsert(lambda: table, keys=["k"], update=["n"])
     keep = upsert(lambda: table, keys=["k"])
