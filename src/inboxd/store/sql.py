@@ -102,6 +102,8 @@ class _LazyModule:
         return getattr(module, attribute)
 
 
+# What builders make constructs with: SQLAlchemy and the tables, imported when a builder first runs
+# (the type checker sees the modules themselves, imported above).
 if not TYPE_CHECKING:
     sa = _LazyModule("sqlalchemy")
     schema = _LazyModule("inboxd.store.schema")
