@@ -7,7 +7,7 @@ TEST_STAMP := $(VENV)/.installed-test
 # The sign-in tests' OpenID Connect provider (npm oidc-provider), installed from the lock file.
 IDP_STAMP := tests/idp/node_modules/.package-lock.json
 
-.PHONY: run test lint typecheck pytest bench services clean client
+.PHONY: run test lint typecheck pytest bench services clean client statements
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -32,6 +32,11 @@ services:
 # The sync client is generated from the async one; tests/test_client_generated.py checks it is current.
 client: $(TEST_STAMP)
 	$(BIN)/python -m inboxd.client.generate
+
+# The store's statements compiled ahead of time (src/inboxd/store/statements.json, read by a server
+# instead of importing SQLAlchemy); tests/test_store_statements.py checks it is current.
+statements: $(TEST_STAMP)
+	$(BIN)/python -m inboxd.store.precompile
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check src tests bench

@@ -125,7 +125,7 @@ async def fill(settings: Settings, mailbox_id: str, count: int) -> None:
                 )
             await db.write(partial(message_store.insert_many, items=batch))
         stored = time.monotonic() - started
-        unindexed = Statement(sa.select(sa.func.count()).select_from(messages).where(messages.c.indexed == 0))
+        unindexed = Statement(lambda: sa.select(sa.func.count()).select_from(messages).where(messages.c.indexed == 0))
         while await db.read(lambda tx: tx.fetchval(unindexed)):
             await asyncio.sleep(0.5)
         indexed = time.monotonic() - started

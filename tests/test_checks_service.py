@@ -120,9 +120,11 @@ async def test_a_report_is_computed_once_and_kept(
 
     assert server._db is not None
     kept = Statement(
-        sa.select(sa.func.count())
-        .select_from(message_checks)
-        .where(message_checks.c.message_id == sa.bindparam("message_id"))
+        lambda: (
+            sa.select(sa.func.count())
+            .select_from(message_checks)
+            .where(message_checks.c.message_id == sa.bindparam("message_id"))
+        )
     )
     assert await server._db.read(lambda tx: tx.fetchval(kept, message_id=message.id)) == 1
     await services.messages.delete(mailbox, message.id)  # the kept report goes with the message

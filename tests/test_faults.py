@@ -333,7 +333,7 @@ async def test_faults_ride_on_the_cached_recipient_row_not_on_a_query_per_messag
     assert db is not None
     rules = '[{"stage":"rcpt","reply":"452 4.2.2 Mailbox full"}]'
     add_faults = Statement(
-        sa.insert(mailbox_faults).values(
+        lambda: sa.insert(mailbox_faults).values(
             mailbox_id=sa.bindparam("mailbox_id"), version="v1", rules=sa.bindparam("rules"), created_at=0
         )
     )

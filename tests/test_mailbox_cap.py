@@ -78,7 +78,7 @@ async def test_cap_holds_across_two_processes(make_settings: Any, tmp_path: Path
 
 
 COUNT_MAILBOXES = Statement(
-    sa.select(sa.func.count()).select_from(mailboxes).where(mailboxes.c.user_id == sa.bindparam("user_id"))
+    lambda: sa.select(sa.func.count()).select_from(mailboxes).where(mailboxes.c.user_id == sa.bindparam("user_id"))
 )
 
 

@@ -79,8 +79,8 @@ async def test_a_sweep_purges_more_than_one_batch(harness: Harness) -> None:
     await harness.server._workers[0].sweep()
     db = harness.server._db
     assert db is not None
-    count_messages = Statement(sa.select(sa.func.count()).select_from(messages))
-    count_sources = Statement(sa.select(sa.func.count()).select_from(message_sources))
+    count_messages = Statement(lambda: sa.select(sa.func.count()).select_from(messages))
+    count_sources = Statement(lambda: sa.select(sa.func.count()).select_from(message_sources))
     assert await db.read(lambda tx: tx.fetchval(count_messages)) == 0
     assert await db.read(lambda tx: tx.fetchval(count_sources)) == 0
     listing = await harness.http.get(f"/api/accounts/{box['id']}", headers=harness.auth())

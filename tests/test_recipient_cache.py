@@ -28,9 +28,9 @@ def refusal(exc: pytest.ExceptionInfo[smtplib.SMTPRecipientsRefused], address: s
 
 
 BY_ID = mailboxes.c.id == sa.bindparam("id")
-FILL = Statement(sa.update(mailboxes).values(used=mailboxes.c.quota).where(BY_ID))
-EMPTY = Statement(sa.update(mailboxes).values(used=0).where(BY_ID))
-SUSPEND = Statement(sa.update(users).values(status="suspended").where(users.c.email == sa.bindparam("email")))
+FILL = Statement(lambda: sa.update(mailboxes).values(used=mailboxes.c.quota).where(BY_ID))
+EMPTY = Statement(lambda: sa.update(mailboxes).values(used=0).where(BY_ID))
+SUSPEND = Statement(lambda: sa.update(users).values(status="suspended").where(users.c.email == sa.bindparam("email")))
 
 
 async def behind_the_servers_back(harness: Harness, statement: Statement, **params: Any) -> None:

@@ -4,6 +4,7 @@ tokens and secrets working; secrets stored in the clear before are sealed at sta
 
 from __future__ import annotations
 
+import functools
 import stat
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -24,13 +25,13 @@ BACKENDS = pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=T
 
 TABLES = {
     "postgresql": Statement(
-        sa.text("SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")
+        lambda: sa.text("SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")
     ),
-    "sqlite": Statement(sa.text("SELECT name FROM sqlite_master WHERE type = 'table'")),
+    "sqlite": Statement(lambda: sa.text("SELECT name FROM sqlite_master WHERE type = 'table'")),
 }
-SECRET = Statement(sa.select(webhooks.c.secret).where(webhooks.c.id == sa.bindparam("id")))
+SECRET = Statement(lambda: sa.select(webhooks.c.secret).where(webhooks.c.id == sa.bindparam("id")))
 SET_SECRET = Statement(
-    sa.update(webhooks).values(secret=sa.bindparam("secret")).where(webhooks.c.id == sa.bindparam("id"))
+    lambda: sa.update(webhooks).values(secret=sa.bindparam("secret")).where(webhooks.c.id == sa.bindparam("id"))
 )
 
 Start = Callable[..., Awaitable[Harness]]
@@ -82,6 +83,10 @@ async def _me(h: Harness, token: str) -> int:
     return (await h.http.get(f"/api/accounts/{address}", headers=h.auth(token))).status_code
 
 
+def _every_row(table: str) -> sa.Select[Any]:
+    return sa.select(sa.literal_column("*")).select_from(sa.table(table))
+
+
 async def _dump(h: Harness) -> list[Any]:
     """Every value of every table, as a dump would hold them."""
     db = h.server._db
@@ -90,7 +95,7 @@ async def _dump(h: Harness) -> list[Any]:
     values: list[Any] = []
     for table in tables:
         # Every column, those the schema module does not know of too.
-        every_row = Statement(sa.select(sa.literal_column("*")).select_from(sa.table(table)))
+        every_row = Statement(functools.partial(_every_row, table))
         rows = await db.read(lambda tx, s=every_row: tx.fetch(s))  # type: ignore[misc]
         values.extend(v for row in rows for v in tuple(row))
     return values

@@ -56,7 +56,7 @@ async def start(make_settings: Any, clock: Clock, receiver: Receiver) -> AsyncIt
             await server.stop()
 
 
-JOB_COUNT = Statement(sa.select(sa.func.count()).select_from(webhook_jobs))
+JOB_COUNT = Statement(lambda: sa.select(sa.func.count()).select_from(webhook_jobs))
 
 
 async def job_count(h: Harness) -> int:

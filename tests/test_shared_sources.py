@@ -29,17 +29,17 @@ def database(harness: Harness) -> Database:
     return db
 
 
-MESSAGES = Statement(sa.select(sa.func.count()).select_from(messages))
-SOURCES = Statement(sa.select(sa.func.count()).select_from(message_sources))
+MESSAGES = Statement(lambda: sa.select(sa.func.count()).select_from(messages))
+SOURCES = Statement(lambda: sa.select(sa.func.count()).select_from(message_sources))
 # The `refs` of the one source there is.
-REFS = Statement(sa.select(message_sources.c.refs))
+REFS = Statement(lambda: sa.select(message_sources.c.refs))
 
 
 def _references() -> Statement:
     """Each source's id, `refs`, and the number of copies not deleted that name it."""
     s, m = message_sources.alias("s"), messages.alias("m")
     copies = sa.select(sa.func.count()).where(m.c.source_id == s.c.id, m.c.deleted == 0).scalar_subquery()
-    return Statement(sa.select(s.c.id, s.c.refs, copies))
+    return Statement(lambda: sa.select(s.c.id, s.c.refs, copies))
 
 
 REFERENCES = _references()

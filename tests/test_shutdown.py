@@ -106,7 +106,7 @@ async def test_stop_closes_every_part_when_one_step_fails(make_settings: Any, cl
     assert _refused(http_port)
     assert _refused(smtp_port)
 
-    one = Statement(sa.select(sa.literal(1)))
+    one = Statement(lambda: sa.select(sa.literal(1)))
 
     async def touch(tx: Tx) -> None:
         await tx.execute(one)

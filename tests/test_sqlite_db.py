@@ -13,8 +13,8 @@ from inboxd.store.sql import Statement
 from inboxd.store.sqlite import SqliteDatabase
 
 t = sa.table("t", sa.column("v", sa.Integer))
-COUNT = Statement(sa.select(sa.func.count()).select_from(t))
-INSERT_ONE = Statement(sa.insert(t).values(v=1))
+COUNT = Statement(lambda: sa.select(sa.func.count()).select_from(t))
+INSERT_ONE = Statement(lambda: sa.insert(t).values(v=1))
 
 
 async def _count(tx: Tx) -> int:

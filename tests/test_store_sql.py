@@ -18,11 +18,11 @@ from tests.test_store_writer import fresh_store
 
 t = sa.table("t", sa.column("v", sa.Text))
 
-INSERT = Statement(sa.insert(t).values(v=sa.bindparam("v")))
-BY_VALUE = Statement(sa.select(t.c.v).where(t.c.v == sa.bindparam("v")))
+INSERT = Statement(lambda: sa.insert(t).values(v=sa.bindparam("v")))
+BY_VALUE = Statement(lambda: sa.select(t.c.v).where(t.c.v == sa.bindparam("v")))
 # A constant holding a question mark: compiled into the SQL text as a literal.
-NOT_ASKED = Statement(sa.select(sa.func.count()).select_from(t).where(t.c.v != "who? me?"))
-SAME_TWICE = Statement(sa.select(t.c.v).where(t.c.v >= sa.bindparam("v"), t.c.v <= sa.bindparam("v")))
+NOT_ASKED = Statement(lambda: sa.select(sa.func.count()).select_from(t).where(t.c.v != "who? me?"))
+SAME_TWICE = Statement(lambda: sa.select(t.c.v).where(t.c.v >= sa.bindparam("v"), t.c.v <= sa.bindparam("v")))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -32,7 +32,7 @@ async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Da
 
 
 async def test_a_statement_compiles_once_per_dialect(db: Database) -> None:
-    statement = Statement(sa.select(t.c.v).where(t.c.v == sa.bindparam("v")))
+    statement = Statement(lambda: sa.select(t.c.v).where(t.c.v == sa.bindparam("v")))
     for i in range(5):
         await db.write(lambda tx, i=i: tx.execute(INSERT, v=f"v{i}"))  # type: ignore[misc]
         assert await db.read(lambda tx, i=i: tx.fetchval(statement, v=f"v{i}")) == f"v{i}"  # type: ignore[misc]
@@ -54,7 +54,7 @@ async def test_question_marks_in_values_and_literals_round_trip(db: Database) ->
 
 
 async def test_one_of_takes_lists_of_any_length_with_one_text(db: Database) -> None:
-    one_of_values = Statement(sa.select(t.c.v).where(one_of(t.c.v, "values")).order_by(t.c.v))
+    one_of_values = Statement(lambda: sa.select(t.c.v).where(one_of(t.c.v, "values")).order_by(t.c.v))
     await db.write(lambda tx: tx.executemany(INSERT, [{"v": f"v{i}"} for i in range(10)]))
 
     async def pick(tx: Tx, values: list[str]) -> list[str]:
@@ -75,13 +75,13 @@ async def test_a_parameter_used_twice_is_passed_once(db: Database) -> None:
 
 async def test_execute_counts_rows_changed(db: Database) -> None:
     await db.write(lambda tx: tx.executemany(INSERT, [{"v": "a"}, {"v": "b"}]))
-    update = Statement(sa.update(t).where(t.c.v == sa.bindparam("old")).values(v=sa.bindparam("new")))
+    update = Statement(lambda: sa.update(t).where(t.c.v == sa.bindparam("old")).values(v=sa.bindparam("new")))
     assert await db.write(lambda tx: tx.execute(update, old="a", new="c")) == 1
     assert await db.write(lambda tx: tx.execute(update, old="a", new="d")) == 0
 
 
 def test_constants_are_literals_and_data_is_bound() -> None:
-    statement = Statement(sa.select(t.c.v).where(t.c.v != "x", t.c.v == sa.bindparam("v")).limit(30))
+    statement = Statement(lambda: sa.select(t.c.v).where(t.c.v != "x", t.c.v == sa.bindparam("v")).limit(30))
     for dialect, mark in (("sqlite", "= ?"), ("postgresql", "= $1")):
         compiled = statement.compiled(dialect)
         assert compiled.names == ("v",)
@@ -91,7 +91,7 @@ def test_constants_are_literals_and_data_is_bound() -> None:
 
 
 def test_per_dialect_forms_and_a_missing_one() -> None:
-    only_sqlite = Statement(sqlite=sa.select(sa.literal_column("sqlite_version()")))
+    only_sqlite = Statement(sqlite=lambda: sa.select(sa.literal_column("sqlite_version()")))
     assert "sqlite_version()" in only_sqlite.compiled("sqlite").sql
     with pytest.raises(TypeError):
         only_sqlite.compiled("postgresql")
@@ -102,7 +102,7 @@ def test_shapes_build_each_key_once_and_keep_a_bounded_number() -> None:
 
     def build(n: int) -> Statement:
         built.append(n)
-        return Statement(sa.select(t.c.v).limit(n))
+        return Statement(lambda: sa.select(t.c.v).limit(n))
 
     shapes: Shapes[int] = Shapes(build, size=2)
     first = shapes(1)
@@ -116,11 +116,11 @@ def test_shapes_build_each_key_once_and_keep_a_bounded_number() -> None:
 async def test_upsert_updates_or_leaves_the_row(db: Database) -> None:
     pairs = sa.table("pairs", sa.column("k", sa.Text), sa.column("n", sa.Integer))
     table = sa.Table("pairs", sa.MetaData(), sa.Column("k", sa.Text, primary_key=True), sa.Column("n", sa.Integer))
-    create = Statement(sa.text("CREATE TABLE pairs (k TEXT PRIMARY KEY, n INTEGER)"))
+    create = Statement(lambda: sa.text("CREATE TABLE pairs (k TEXT PRIMARY KEY, n INTEGER)"))
     await db.write(lambda tx: tx.execute(create))
-    replace = upsert(table, keys=["k"], update=["n"])
-    keep = upsert(table, keys=["k"])
-    read = Statement(sa.select(pairs.c.n).where(pairs.c.k == sa.bindparam("k")))
+    replace = upsert(lambda: table, keys=["k"], update=["n"])
+    keep = upsert(lambda: table, keys=["k"])
+    read = Statement(lambda: sa.select(pairs.c.n).where(pairs.c.k == sa.bindparam("k")))
     await db.write(lambda tx: tx.execute(replace, k="a", n=1))
     await db.write(lambda tx: tx.execute(replace, k="a", n=2))
     assert await db.read(lambda tx: tx.fetchval(read, k="a")) == 2

@@ -42,12 +42,12 @@ TABLES = (
 t = sa.table("t", sa.column("v", sa.Text))
 child = sa.table("child", sa.column("id", sa.Text), sa.column("parent_id", sa.Text))
 
-INSERT_T = Statement(sa.insert(t).values(v=sa.bindparam("v")))
-ALL_T = Statement(sa.select(t.c.v))
-ONE_T = Statement(sa.select(t.c.v).where(t.c.v == sa.bindparam("v")))
-INSERT_CHILD = Statement(sa.insert(child).values(id=sa.bindparam("id"), parent_id=sa.bindparam("parent_id")))
-COUNT_CHILD = Statement(sa.select(sa.func.count()).select_from(child))
-TXID = Statement(sa.select(sa.func.txid_current()))
+INSERT_T = Statement(lambda: sa.insert(t).values(v=sa.bindparam("v")))
+ALL_T = Statement(lambda: sa.select(t.c.v))
+ONE_T = Statement(lambda: sa.select(t.c.v).where(t.c.v == sa.bindparam("v")))
+INSERT_CHILD = Statement(lambda: sa.insert(child).values(id=sa.bindparam("id"), parent_id=sa.bindparam("parent_id")))
+COUNT_CHILD = Statement(lambda: sa.select(sa.func.count()).select_from(child))
+TXID = Statement(lambda: sa.select(sa.func.txid_current()))
 
 
 @contextlib.asynccontextmanager
@@ -147,7 +147,7 @@ class HeldWriter:
         self.task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> HeldWriter:
-        pause = Statement(sa.select(sa.func.pg_sleep(0.02)))
+        pause = Statement(lambda: sa.select(sa.func.pg_sleep(0.02)))
 
         async def hold(tx: Tx) -> None:
             self.started.set()
@@ -261,8 +261,10 @@ async def test_a_deadlock_with_another_process_is_retried_not_reported() -> None
     second = await PostgresDatabase.connect(PG_URL, schema=schema, size=2)
     holding = {1: asyncio.Event(), 2: asyncio.Event()}
     rows_table = sa.table("rows", sa.column("id", sa.Integer), sa.column("n", sa.Integer))
-    bump = Statement(sa.update(rows_table).values(n=rows_table.c.n + 1).where(rows_table.c.id == sa.bindparam("id")))
-    read = Statement(sa.select(rows_table.c.id, rows_table.c.n).order_by(rows_table.c.id))
+    bump = Statement(
+        lambda: sa.update(rows_table).values(n=rows_table.c.n + 1).where(rows_table.c.id == sa.bindparam("id"))
+    )
+    read = Statement(lambda: sa.select(rows_table.c.id, rows_table.c.n).order_by(rows_table.c.id))
 
     def crosswise(mine: int, theirs: int) -> Callable[[Tx], Coroutine[Any, Any, None]]:
         async def work(tx: Tx) -> None:
@@ -306,8 +308,8 @@ async def test_a_terminated_writer_connection_fails_its_batch_at_once_and_writin
     """pg_terminate_backend on the writer's connection mid-batch (an administrator, a failover):
     that batch's callers hear a storage error at once, and the next batch runs on a new connection."""
     backend: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    backend_pid = Statement(sa.select(sa.func.pg_backend_pid()))
-    sleep = Statement(sa.select(sa.func.pg_sleep(60)))
+    backend_pid = Statement(lambda: sa.select(sa.func.pg_backend_pid()))
+    sleep = Statement(lambda: sa.select(sa.func.pg_sleep(60)))
 
     async def hold(tx: Tx) -> None:
         backend.set_result(int(await tx.fetchval(backend_pid)))

@@ -20,7 +20,7 @@ async def _sessions_table(h: Harness) -> list[str]:
     """Every value of every row of the sessions table, read with plain SQL, as a dump holds them."""
     db = h.server._db
     assert db is not None
-    every_column = Statement(sa.text("SELECT * FROM sessions"))
+    every_column = Statement(lambda: sa.text("SELECT * FROM sessions"))
     rows: list[Any] = await db.read(lambda tx: tx.fetch(every_column))
     return [str(v) for row in rows for v in tuple(row)]
 

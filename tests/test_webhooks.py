@@ -97,7 +97,7 @@ async def webhook_state(h: Harness, webhook_id: str) -> dict[str, Any]:
     return dict(found)
 
 
-JOB_COUNT = Statement(sa.select(sa.func.count()).select_from(webhook_jobs))
+JOB_COUNT = Statement(lambda: sa.select(sa.func.count()).select_from(webhook_jobs))
 
 
 async def job_count(h: Harness) -> int:

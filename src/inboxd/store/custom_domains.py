@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
+from typing import Any
 
 from inboxd.model import CustomDomain
 from inboxd.store.db import Row, Tx
-from inboxd.store.schema import custom_domains
-from inboxd.store.sql import Statement, param, values_of
+from inboxd.store.sql import Statement, name_statements, param, sa, schema, values_of
 
-_c = custom_domains.c
-_by_id = _c.id == param(_c.id)
-_of_user = _c.user_id == param(_c.user_id)
 
-BY_NAME = Statement(sa.select(custom_domains).where(_c.domain == param(_c.domain)))
-GET_FOR_USER = Statement(sa.select(custom_domains).where(_by_id, _of_user))
+def _c() -> sa.sql.base.ReadOnlyColumnCollection[str, sa.Column[Any]]:
+    return schema.custom_domains.c
+
+
+def _by_id() -> sa.ColumnElement[bool]:
+    return _c().id == param(_c().id)
+
+
+def _of_user() -> sa.ColumnElement[bool]:
+    return _c().user_id == param(_c().user_id)
+
+
+BY_NAME = Statement(lambda: sa.select(schema.custom_domains).where(_c().domain == param(_c().domain)))
+GET_FOR_USER = Statement(lambda: sa.select(schema.custom_domains).where(_by_id(), _of_user()))
 INSERT = Statement(
-    sa.insert(custom_domains).values(
+    lambda: sa.insert(schema.custom_domains).values(
         values_of(
-            custom_domains,
+            schema.custom_domains,
             "id",
             "user_id",
             "domain",
@@ -30,14 +38,18 @@ INSERT = Statement(
         )
     )
 )
-OF_USER = Statement(sa.select(custom_domains).where(_of_user).order_by(_c.created_at.desc(), _c.id.desc()))
-COUNT_OF_USER = Statement(sa.select(sa.func.count()).select_from(custom_domains).where(_of_user))
-MARK_VERIFIED = Statement(
-    sa.update(custom_domains)
-    .where(_by_id, _c.verify_status == "pending")
-    .values(verify_status="verified", verified_at=param(_c.verified_at), mx_configured=1)
+OF_USER = Statement(
+    lambda: sa.select(schema.custom_domains).where(_of_user()).order_by(_c().created_at.desc(), _c().id.desc())
 )
-DELETE = Statement(sa.delete(custom_domains).where(_by_id))
+COUNT_OF_USER = Statement(lambda: sa.select(sa.func.count()).select_from(schema.custom_domains).where(_of_user()))
+MARK_VERIFIED = Statement(
+    lambda: (
+        sa.update(schema.custom_domains)
+        .where(_by_id(), _c().verify_status == "pending")
+        .values(verify_status="verified", verified_at=param(_c().verified_at), mx_configured=1)
+    )
+)
+DELETE = Statement(lambda: sa.delete(schema.custom_domains).where(_by_id()))
 
 
 def domain_from(row: Row) -> CustomDomain:
@@ -94,3 +106,6 @@ async def mark_verified(tx: Tx, domain_id: str, *, now: float) -> None:
 async def delete(tx: Tx, domain_id: str) -> None:
     """Removes the domain; its mailboxes stay, and the recipient lookup finds them no longer live."""
     await tx.execute(DELETE, id=domain_id)
+
+
+name_statements(__name__, globals())

@@ -1,11 +1,11 @@
 """Hot-path database access on the drivers themselves: `sqlite3` threads or an asyncpg pool.
 
 Every query is a `Statement` (`store/sql.py`): a SQLAlchemy Core construct over the tables of
-`store/schema.py`, compiled once per dialect, run with its parameters by name against the `Tx`
-interface:
+`store/schema.py` (made by a builder), compiled once per dialect, ahead of time for the store's
+own, run with its parameters by name against the `Tx` interface:
 
-    SET = Statement(insert(meta).values(values_of(meta)))
-    GET = Statement(select(meta.c.value).where(meta.c.key == param(meta.c.key)))
+    SET = Statement(lambda: sa.insert(schema.meta).values(values_of(schema.meta)))
+    GET = Statement(lambda: sa.select(schema.meta.c.value).where(schema.meta.c.key == param(schema.meta.c.key)))
 
     async def remember(tx: Tx) -> str:
         await tx.execute(SET, key="greeting", value="hello")

@@ -2,30 +2,33 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
+from typing import Any
 
 from inboxd.model import MessageSummary
 from inboxd.store.db import Tx
 from inboxd.store.messages import SUMMARY, summary_from
-from inboxd.store.schema import message_sources, messages
-from inboxd.store.sql import Statement, param
+from inboxd.store.sql import Statement, name_statements, param, sa, schema
 
-_m, _s = messages.alias("m"), message_sources.alias("s")
-_since = param(_m.c.created_at, "since")
 
-# The summary's columns (read by position, `summary_from`), then the raw bytes.
-BATCH = Statement(
-    sa.select(*(_m.c[name] for name in SUMMARY), _s.c.raw)
-    .select_from(_m.join(_s, _s.c.id == _m.c.source_id))
-    .where(
-        _m.c.mailbox_id == sa.bindparam("mailbox"),
-        _m.c.deleted == 0,
-        _m.c.expires_at > sa.bindparam("now"),
-        sa.or_(_m.c.created_at > _since, sa.and_(_m.c.created_at == _since, _m.c.id > sa.bindparam("last_id"))),
+def _batch() -> sa.Select[Any]:
+    """The summary's columns (read by position, `summary_from`), then the raw bytes."""
+    m, s = schema.messages.alias("m"), schema.message_sources.alias("s")
+    since = param(m.c.created_at, "since")
+    return (
+        sa.select(*(m.c[name] for name in SUMMARY), s.c.raw)
+        .select_from(m.join(s, s.c.id == m.c.source_id))
+        .where(
+            m.c.mailbox_id == sa.bindparam("mailbox"),
+            m.c.deleted == 0,
+            m.c.expires_at > sa.bindparam("now"),
+            sa.or_(m.c.created_at > since, sa.and_(m.c.created_at == since, m.c.id > sa.bindparam("last_id"))),
+        )
+        .order_by(m.c.created_at, m.c.id)
+        .limit(sa.bindparam("limit"))
     )
-    .order_by(_m.c.created_at, _m.c.id)
-    .limit(sa.bindparam("limit"))
-)
+
+
+BATCH = Statement(_batch)
 
 
 async def batch(
@@ -36,3 +39,6 @@ async def batch(
     since, last_id = after if after is not None else (float("-inf"), "")
     rows = await tx.fetch(BATCH, mailbox=mailbox_id, now=now, since=since, last_id=last_id, limit=limit)
     return [(summary_from(r), bytes(r[len(SUMMARY)])) for r in rows]
+
+
+name_statements(__name__, globals())

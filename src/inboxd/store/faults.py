@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import msgspec
-import sqlalchemy as sa
 
 from inboxd.model import FaultSet, Rule
 from inboxd.store.db import Tx
-from inboxd.store.schema import mailbox_faults
-from inboxd.store.sql import Statement, param, values_of
+from inboxd.store.sql import Statement, name_statements, param, sa, schema, values_of
 
 _decode_rules = msgspec.json.Decoder(list[Rule]).decode
-_of_mailbox = mailbox_faults.c.mailbox_id == param(mailbox_faults.c.mailbox_id)
 
-DELETE = Statement(sa.delete(mailbox_faults).where(_of_mailbox))
-INSERT = Statement(sa.insert(mailbox_faults).values(values_of(mailbox_faults)))
-GET = Statement(sa.select(mailbox_faults.c.version, mailbox_faults.c.rules).where(_of_mailbox))
+
+def _of_mailbox() -> sa.ColumnElement[bool]:
+    return schema.mailbox_faults.c.mailbox_id == param(schema.mailbox_faults.c.mailbox_id)
+
+
+DELETE = Statement(lambda: sa.delete(schema.mailbox_faults).where(_of_mailbox()))
+INSERT = Statement(lambda: sa.insert(schema.mailbox_faults).values(values_of(schema.mailbox_faults)))
+GET = Statement(lambda: sa.select(schema.mailbox_faults.c.version, schema.mailbox_faults.c.rules).where(_of_mailbox()))
 
 
 def fault_set(mailbox_id: str, version: str, rules_json: str | bytes) -> FaultSet:
@@ -36,3 +38,6 @@ async def get(tx: Tx, *, mailbox_id: str) -> FaultSet | None:
 
 async def delete(tx: Tx, *, mailbox_id: str) -> None:
     await tx.execute(DELETE, mailbox_id=mailbox_id)
+
+
+name_statements(__name__, globals())

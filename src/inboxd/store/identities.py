@@ -2,34 +2,54 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
+from typing import Any
 
 from inboxd.model import Identity
 from inboxd.store import users as user_store
 from inboxd.store.db import Row, Tx
-from inboxd.store.schema import identities, sign_in_links
-from inboxd.store.sql import Statement, param, values_of
+from inboxd.store.sql import Statement, name_statements, param, sa, schema, values_of
 
-_i = identities.c
-_l = sign_in_links.c
-_by_key = sa.and_(_i.provider == param(_i.provider), _i.subject == param(_i.subject))
 
-GET = Statement(sa.select(identities).where(_by_key))
-INSERT = Statement(sa.insert(identities).values(values_of(identities)))
+def _i() -> sa.sql.base.ReadOnlyColumnCollection[str, sa.Column[Any]]:
+    return schema.identities.c
+
+
+def _l() -> sa.sql.base.ReadOnlyColumnCollection[str, sa.Column[Any]]:
+    return schema.sign_in_links.c
+
+
+def _by_key() -> sa.ColumnElement[bool]:
+    return sa.and_(_i().provider == param(_i().provider), _i().subject == param(_i().subject))
+
+
+GET = Statement(lambda: sa.select(schema.identities).where(_by_key()))
+INSERT = Statement(lambda: sa.insert(schema.identities).values(values_of(schema.identities)))
 TOUCH = Statement(
-    sa.update(identities).where(_by_key).values(email=param(_i.email), last_sign_in_at=param(_i.last_sign_in_at))
+    lambda: (
+        sa.update(schema.identities)
+        .where(_by_key())
+        .values(email=param(_i().email), last_sign_in_at=param(_i().last_sign_in_at))
+    )
 )
-DELETE = Statement(sa.delete(identities).where(_by_key, _i.user_id == param(_i.user_id)))
-FOR_USER = Statement(sa.select(identities).where(_i.user_id == param(_i.user_id)).order_by(_i.created_at))
+DELETE = Statement(lambda: sa.delete(schema.identities).where(_by_key(), _i().user_id == param(_i().user_id)))
+FOR_USER = Statement(
+    lambda: sa.select(schema.identities).where(_i().user_id == param(_i().user_id)).order_by(_i().created_at)
+)
 INSERT_LINK = Statement(
-    sa.insert(sign_in_links).values(values_of(sign_in_links, "id", "user_id", "created_at", "expires_at"))
+    lambda: sa.insert(schema.sign_in_links).values(
+        values_of(schema.sign_in_links, "id", "user_id", "created_at", "expires_at")
+    )
 )
-LINK = Statement(sa.select(_l.user_id, _l.expires_at, _l.used_at).where(_l.id == param(_l.id)))
+LINK = Statement(lambda: sa.select(_l().user_id, _l().expires_at, _l().used_at).where(_l().id == param(_l().id)))
 # The guard on used_at makes the claim single even if two processes race for it.
 USE_LINK = Statement(
-    sa.update(sign_in_links).where(_l.id == param(_l.id), _l.used_at.is_(None)).values(used_at=param(_l.used_at))
+    lambda: (
+        sa.update(schema.sign_in_links)
+        .where(_l().id == param(_l().id), _l().used_at.is_(None))
+        .values(used_at=param(_l().used_at))
+    )
 )
-DELETE_STALE_LINKS = Statement(sa.delete(sign_in_links).where(_l.expires_at <= sa.bindparam("before")))
+DELETE_STALE_LINKS = Statement(lambda: sa.delete(schema.sign_in_links).where(_l().expires_at <= sa.bindparam("before")))
 
 
 def _identity_from(row: Row) -> Identity:
@@ -99,3 +119,6 @@ async def use_link(tx: Tx, link_id: str, *, now: float) -> tuple[str | None, str
 
 async def delete_stale_links(tx: Tx, *, before: float) -> int:
     return await tx.execute(DELETE_STALE_LINKS, before=before)
+
+
+name_statements(__name__, globals())

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any
-
-import sqlalchemy as sa
 
 from inboxd.model import FaultSet, Mailbox
 from inboxd.store import messages as message_store
@@ -14,28 +13,16 @@ from inboxd.store import search
 from inboxd.store.db import Row, Tx
 from inboxd.store.faults import fault_set
 from inboxd.store.messages import release_sources
-from inboxd.store.schema import (
-    custom_domains,
-    mailbox_faults,
-    mailboxes,
-    message_checks,
-    message_details,
-    message_tags,
-    messages,
-    users,
-)
-from inboxd.store.sql import Statement, one_of, values_of
+from inboxd.store.sql import Statement, name_statements, one_of, sa, schema, values_of
 
 # The columns of a `Mailbox`, read by name (`mailbox_from`).
 MAILBOX = ("id", "user_id", "token_id", "address", "domain_id", "quota", "used", "password_gen", "created_at", "kind")
-# MAILBOX as SQL, for the modules whose queries are still SQL strings (store/sandboxes.py); it
-# goes when they are `Statement`s.
-COLUMNS = ", ".join(MAILBOX)
 
 
-def mailbox_columns(table: Any = mailboxes) -> list[sa.ColumnElement[Any]]:
-    """MAILBOX of `mailboxes` or an alias of it."""
-    return [table.c[name] for name in MAILBOX]
+def mailbox_columns(table: Any = None) -> list[sa.ColumnElement[Any]]:
+    """MAILBOX of `mailboxes` (by default) or an alias of it."""
+    columns = (schema.mailboxes if table is None else table).c
+    return [columns[name] for name in MAILBOX]
 
 
 def mailbox_from(row: Row) -> Mailbox:
@@ -53,7 +40,7 @@ def mailbox_from(row: Row) -> Mailbox:
     )
 
 
-_INSERT = Statement(sa.insert(mailboxes).values(values_of(mailboxes, *MAILBOX, "auth_hash")))
+_INSERT = Statement(lambda: sa.insert(schema.mailboxes).values(values_of(schema.mailboxes, *MAILBOX, "auth_hash")))
 
 
 async def insert(tx: Tx, mailbox: Mailbox, auth_hash: str) -> None:
@@ -73,10 +60,14 @@ async def insert(tx: Tx, mailbox: Mailbox, auth_hash: str) -> None:
     )
 
 
-_BY_ID = Statement(sa.select(*mailbox_columns()).where(mailboxes.c.id == sa.bindparam("id")))
-_BY_ADDRESS = Statement(sa.select(*mailbox_columns()).where(mailboxes.c.address == sa.bindparam("address")))
+_BY_ID = Statement(lambda: sa.select(*mailbox_columns()).where(schema.mailboxes.c.id == sa.bindparam("id")))
+_BY_ADDRESS = Statement(
+    lambda: sa.select(*mailbox_columns()).where(schema.mailboxes.c.address == sa.bindparam("address"))
+)
 _AUTH = Statement(
-    sa.select(*mailbox_columns(), mailboxes.c.auth_hash).where(mailboxes.c.address == sa.bindparam("address"))
+    lambda: sa.select(*mailbox_columns(), schema.mailboxes.c.auth_hash).where(
+        schema.mailboxes.c.address == sa.bindparam("address")
+    )
 )
 
 
@@ -95,11 +86,15 @@ async def get_auth(tx: Tx, address: str) -> tuple[Mailbox, str] | None:
     return None if row is None else (mailbox_from(row), row["auth_hash"])
 
 
-_COUNT_EXISTING = Statement(sa.select(sa.func.count()).select_from(mailboxes).where(one_of(mailboxes.c.id, "ids")))
+_COUNT_EXISTING = Statement(
+    lambda: sa.select(sa.func.count()).select_from(schema.mailboxes).where(one_of(schema.mailboxes.c.id, "ids"))
+)
 _COUNT_FOR_USER = Statement(
-    sa.select(sa.func.count())
-    .select_from(mailboxes)
-    .where(mailboxes.c.user_id == sa.bindparam("user_id"), mailboxes.c.kind == "mailbox")
+    lambda: (
+        sa.select(sa.func.count())
+        .select_from(schema.mailboxes)
+        .where(schema.mailboxes.c.user_id == sa.bindparam("user_id"), schema.mailboxes.c.kind == "mailbox")
+    )
 )
 
 
@@ -113,26 +108,27 @@ async def count_for_user(tx: Tx, user_id: str) -> int:
     return int(await tx.fetchval(_COUNT_FOR_USER, user_id=user_id))
 
 
-def _list_for_user(after: bool) -> Statement:
-    where = [mailboxes.c.user_id == sa.bindparam("user_id"), mailboxes.c.kind == "mailbox"]
+def _list_for_user(after: bool) -> sa.Select[Any]:
+    where = [schema.mailboxes.c.user_id == sa.bindparam("user_id"), schema.mailboxes.c.kind == "mailbox"]
     if after:
         before: sa.BindParameter[float] = sa.bindparam("before")
         before_id: sa.BindParameter[str] = sa.bindparam("before_id")
         where.append(
             sa.or_(
-                mailboxes.c.created_at < before, sa.and_(mailboxes.c.created_at == before, mailboxes.c.id < before_id)
+                schema.mailboxes.c.created_at < before,
+                sa.and_(schema.mailboxes.c.created_at == before, schema.mailboxes.c.id < before_id),
             )
         )
-    return Statement(
+    return (
         sa.select(*mailbox_columns())
         .where(*where)
-        .order_by(mailboxes.c.created_at.desc(), mailboxes.c.id.desc())
+        .order_by(schema.mailboxes.c.created_at.desc(), schema.mailboxes.c.id.desc())
         .limit(sa.bindparam("limit"))
     )
 
 
-_FIRST_PAGE = _list_for_user(after=False)
-_NEXT_PAGE = _list_for_user(after=True)
+_FIRST_PAGE = Statement(lambda: _list_for_user(after=False))
+_NEXT_PAGE = Statement(lambda: _list_for_user(after=True))
 
 
 async def list_for_user(tx: Tx, user_id: str, *, limit: int, before: tuple[float, str] | None) -> list[Mailbox]:
@@ -145,14 +141,30 @@ async def list_for_user(tx: Tx, user_id: str, *, limit: int, before: tuple[float
 
 
 _HELD = Statement(
-    sa.select(messages.c.source_id).where(messages.c.mailbox_id == sa.bindparam("mailbox"), messages.c.deleted == 0)
+    lambda: sa.select(schema.messages.c.source_id).where(
+        schema.messages.c.mailbox_id == sa.bindparam("mailbox"), schema.messages.c.deleted == 0
+    )
 )
-_IDS = sa.select(messages.c.id).where(messages.c.mailbox_id == sa.bindparam("mailbox"))
-_DELETE_DETAILS = Statement(sa.delete(message_details).where(message_details.c.message_id.in_(_IDS)))
-_DELETE_CHECKS = Statement(sa.delete(message_checks).where(message_checks.c.message_id.in_(_IDS)))
-_DELETE_TAGS = Statement(sa.delete(message_tags).where(message_tags.c.mailbox_id == sa.bindparam("mailbox")))
-_DELETE_MESSAGES = Statement(sa.delete(messages).where(messages.c.mailbox_id == sa.bindparam("mailbox")))
-_DELETE = Statement(sa.delete(mailboxes).where(mailboxes.c.id == sa.bindparam("mailbox")))
+
+
+@cache
+def _IDS() -> sa.Select[Any]:
+    return sa.select(schema.messages.c.id).where(schema.messages.c.mailbox_id == sa.bindparam("mailbox"))
+
+
+_DELETE_DETAILS = Statement(
+    lambda: sa.delete(schema.message_details).where(schema.message_details.c.message_id.in_(_IDS()))
+)
+_DELETE_CHECKS = Statement(
+    lambda: sa.delete(schema.message_checks).where(schema.message_checks.c.message_id.in_(_IDS()))
+)
+_DELETE_TAGS = Statement(
+    lambda: sa.delete(schema.message_tags).where(schema.message_tags.c.mailbox_id == sa.bindparam("mailbox"))
+)
+_DELETE_MESSAGES = Statement(
+    lambda: sa.delete(schema.messages).where(schema.messages.c.mailbox_id == sa.bindparam("mailbox"))
+)
+_DELETE = Statement(lambda: sa.delete(schema.mailboxes).where(schema.mailboxes.c.id == sa.bindparam("mailbox")))
 
 
 async def delete(tx: Tx, mailbox_id: str) -> None:
@@ -169,9 +181,11 @@ async def delete(tx: Tx, mailbox_id: str) -> None:
 
 
 _SET_AUTH = Statement(
-    sa.update(mailboxes)
-    .where(mailboxes.c.id == sa.bindparam("id"))
-    .values(auth_hash=sa.bindparam("auth_hash"), password_gen=mailboxes.c.password_gen + 1)
+    lambda: (
+        sa.update(schema.mailboxes)
+        .where(schema.mailboxes.c.id == sa.bindparam("id"))
+        .values(auth_hash=sa.bindparam("auth_hash"), password_gen=schema.mailboxes.c.password_gen + 1)
+    )
 )
 
 
@@ -193,8 +207,8 @@ class RecipientRow:
 def _recipient() -> Any:
     """The RCPT lookup: the mailbox, its owner's plan and status, its domain's state, its faults
     and the bytes of its messages past expiry, in one query."""
-    m, u = mailboxes.alias("m"), users.alias("u")
-    d, f, x = custom_domains.alias("d"), mailbox_faults.alias("f"), messages.alias("x")
+    m, u = schema.mailboxes.alias("m"), schema.users.alias("u")
+    d, f, x = schema.custom_domains.alias("d"), schema.mailbox_faults.alias("f"), schema.messages.alias("x")
     due = sa.select(sa.func.coalesce(sa.func.sum(x.c.size), 0)).where(x.c.mailbox_id == m.c.id, message_store.due(x))
     return (
         sa.select(
@@ -215,7 +229,7 @@ def _recipient() -> Any:
     )
 
 
-_RECIPIENT = Statement(_recipient())
+_RECIPIENT = Statement(_recipient)
 
 
 async def recipient(tx: Tx, address: str, *, now: float) -> RecipientRow | None:
@@ -233,3 +247,6 @@ async def recipient(tx: Tx, address: str, *, now: float) -> RecipientRow | None:
     return RecipientRow(
         mailbox=mailbox, plan=row["plan"], user_status=row["user_status"], domain_live=live, faults=faults
     )
+
+
+name_statements(__name__, globals())

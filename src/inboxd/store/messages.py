@@ -7,23 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import sqlalchemy as sa
 
 from inboxd.model import NO_FILTER, MessageFilter, MessageSummary
 from inboxd.store import search
 from inboxd.store import webhooks as webhook_store
 from inboxd.store.db import Row, Tx
-from inboxd.store.schema import (
-    mailboxes,
-    message_checks,
-    message_details,
-    message_sources,
-    message_tags,
-    messages,
-    users,
-    webhooks,
-)
-from inboxd.store.sql import Shapes, Statement, arrays, one_of, upsert, values_of
+from inboxd.store.sql import Shapes, Statement, arrays, name_statements, one_of, sa, schema, upsert, values_of
 
 # The columns of a summary, in the order `summary_from` reads them by position.
 SUMMARY = (
@@ -39,9 +28,6 @@ SUMMARY = (
     "expires_at",
     "tags",
 )
-# SUMMARY as SQL, for the modules whose queries are still SQL strings (store/sandboxes.py); it
-# goes when they are `Statement`s.
-COLUMNS = ", ".join(SUMMARY)
 # What an encoded list item is kept by: it changes when its read mark or tags do, nothing else.
 KEYS = ("id", "is_read", "tags")
 PAGE_SIZE = 30
@@ -87,10 +73,14 @@ def _summary_columns(table: Any) -> list[sa.ColumnElement[Any]]:
 
 
 _INSERT_SOURCES = Statement(
-    sa.insert(message_sources).values(values_of(message_sources, "id", "raw", "refs", "client_ip", "helo"))
+    lambda: sa.insert(schema.message_sources).values(
+        values_of(schema.message_sources, "id", "raw", "refs", "client_ip", "helo")
+    )
 )
-_INSERT_COPIES = Statement(sa.insert(messages).values(values_of(messages, *SUMMARY, "source_id", "envelope")))
-INSERT_TAG = Statement(sa.insert(message_tags).values(values_of(message_tags)))
+_INSERT_COPIES = Statement(
+    lambda: sa.insert(schema.messages).values(values_of(schema.messages, *SUMMARY, "source_id", "envelope"))
+)
+INSERT_TAG = Statement(lambda: sa.insert(schema.message_tags).values(values_of(schema.message_tags)))
 
 
 async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
@@ -144,7 +134,7 @@ def _insert_charged() -> sa.Select[Any]:
     mailbox, insert the sources, the copies and their tags, and read the webhooks that fire.
     Data-modifying CTEs all run whether or not the final SELECT reads them; it returns one row at
     least, each with the count of mailboxes charged."""
-    b: Any = mailboxes.alias("b")
+    b: Any = schema.mailboxes.alias("b")
     size = arrays("size", id=sa.Text, size=sa.BigInteger)
     charged = (
         sa.update(b)
@@ -155,7 +145,7 @@ def _insert_charged() -> sa.Select[Any]:
     )
     src = arrays("src", id=sa.Text, raw=sa.LargeBinary, refs=sa.Integer, client_ip=sa.Text, helo=sa.Text)
     sources = (
-        sa.insert(message_sources)
+        sa.insert(schema.message_sources)
         .from_select(["id", "raw", "refs", "client_ip", "helo"], sa.select(*src.c))
         .cte("sources")
     )
@@ -170,7 +160,7 @@ def _insert_charged() -> sa.Select[Any]:
     }
     copy = arrays("copy", **copy_types)
     copies = (
-        sa.insert(messages)
+        sa.insert(schema.messages)
         .from_select(
             [*SUMMARY, "source_id", "envelope"],
             sa.select(
@@ -183,11 +173,11 @@ def _insert_charged() -> sa.Select[Any]:
     )
     tag = arrays("tag", message_id=sa.Text, tag=sa.Text, mailbox_id=sa.Text, created_at=sa.Double)
     tagged = (
-        sa.insert(message_tags)
+        sa.insert(schema.message_tags)
         .from_select(["message_id", "tag", "mailbox_id", "created_at"], sa.select(*tag.c))
         .cte("tagged")
     )
-    hooks = _active_hooks().cte("hooks")
+    hooks = webhook_store.active_hooks("hook_users").cte("hooks")
     one = sa.select(sa.literal_column("1").label("one")).subquery("one")
     return (
         sa.select(
@@ -201,17 +191,7 @@ def _insert_charged() -> sa.Select[Any]:
     )
 
 
-def _active_hooks() -> sa.Select[Any]:
-    """`webhooks.ACTIVE_FOR_USERS` of the users of the list parameter `hook_users`."""
-    w, u = webhooks.alias("w"), users.alias("u")
-    return (
-        sa.select(w.c.id, w.c.user_id, w.c.events)
-        .select_from(w.join(u, u.c.id == w.c.user_id))
-        .where(w.c.status == "active", u.c.plan == "pro", u.c.status == "active", one_of(w.c.user_id, "hook_users"))
-    )
-
-
-_INSERT_CHARGED = Statement(postgresql=_insert_charged())
+_INSERT_CHARGED = Statement(postgresql=_insert_charged)
 
 
 async def insert_charged(
@@ -269,9 +249,14 @@ async def insert_charged(
 
 
 _CHARGE = Statement(
-    sa.update(mailboxes)
-    .where(mailboxes.c.id == sa.bindparam("mailbox"), mailboxes.c.used + sa.bindparam("size") <= mailboxes.c.quota)
-    .values(used=mailboxes.c.used + sa.bindparam("size"))
+    lambda: (
+        sa.update(schema.mailboxes)
+        .where(
+            schema.mailboxes.c.id == sa.bindparam("mailbox"),
+            schema.mailboxes.c.used + sa.bindparam("size") <= schema.mailboxes.c.quota,
+        )
+        .values(used=schema.mailboxes.c.used + sa.bindparam("size"))
+    )
 )
 
 
@@ -295,18 +280,17 @@ async def page(
     return [summary_from(r) for r in rows]
 
 
-def _page(key: tuple[search.Shape, int, bool, bool]) -> Statement:
+def _page_select(shape: search.Shape, size: int, envelope: bool, keys_only: bool) -> sa.Select[Any]:
     """The SELECT of a page of SUMMARY (and the envelope after it, when asked), or of KEYS alone,
     for a filter's shape."""
-    shape, size, envelope, keys_only = key
     source, where, order = search.page_parts(shape)
-    m = search.M
+    m = search.listed()
     columns: list[sa.ColumnElement[Any]]
     if keys_only:
         columns = [m.c[name] for name in KEYS]
     else:
         columns = [*_summary_columns(m), *([m.c.envelope] if envelope else [])]
-    construct = (
+    return (
         sa.select(*columns)
         .select_from(source)
         .where(
@@ -316,11 +300,54 @@ def _page(key: tuple[search.Shape, int, bool, bool]) -> Statement:
         .limit(size)
         .offset(sa.bindparam("offset"))
     )
-    return Statement(construct, replan=search.replans(shape))
 
 
-# One per filter shape, page size and with or without the envelope: a few dozen in practice.
-_PAGES: Shapes[tuple[search.Shape, int, bool, bool]] = Shapes(_page, size=512)
+def _page(key: tuple[search.Shape, int, bool, bool]) -> Statement:
+    return Statement(lambda: _page_select(*key), replan=search.replans(key[0]))
+
+
+def _common_pages() -> list[tuple[search.Shape, int, bool, bool]]:
+    """The pages precompiled: the list (30 a page, its keys alone or whole rows; 1 for a
+    mailbox's newest message; with the envelope for the sandbox) unfiltered, by full text, by
+    tag, by time, and by the common row-reading filters alone, bounded or not. Any other
+    combination compiles at its first use (which loads SQLAlchemy)."""
+    shapes = [
+        search.Shape(),
+        search.Shape(words="fts5"),
+        search.Shape(words="hits"),
+        search.Shape(words="walk"),
+        search.Shape(tag="driven"),
+        search.Shape(since=True),
+        search.Shape(until=True),
+        search.Shape(since=True, until=True),
+    ]
+    folds: tuple[search.Fold, ...] = ("like", "ilike", "lower")
+    for floor in (False, True):
+        for fold in folds:
+            shapes += [
+                search.Shape(from_=fold, floor=floor),
+                search.Shape(subject=fold, floor=floor),
+                search.Shape(subject=fold, unread=True, floor=floor),
+            ]
+        shapes += [
+            search.Shape(unread=True, floor=floor),
+            search.Shape(to=True, floor=floor),
+            search.Shape(has_attachments=True, floor=floor),
+        ]
+    return [
+        (shape, size, envelope, keys_only)
+        for shape in shapes
+        for size, envelope, keys_only in (
+            (PAGE_SIZE, False, True),
+            (PAGE_SIZE, False, False),
+            (1, False, False),
+            (PAGE_SIZE, True, False),
+        )
+    ]
+
+
+# One per filter shape, page size, with or without the envelope, keys or whole rows: a few dozen in practice.
+_PAGES: Shapes[tuple[search.Shape, int, bool, bool]] = Shapes(_page, size=512, prepared=_common_pages)
 
 
 async def page_rows(
@@ -347,8 +374,10 @@ async def page_rows(
 
 
 _GET = Statement(
-    sa.select(*_summary_columns(messages)).where(
-        messages.c.id == sa.bindparam("id"), messages.c.mailbox_id == sa.bindparam("mailbox"), messages.c.deleted == 0
+    lambda: sa.select(*_summary_columns(schema.messages)).where(
+        schema.messages.c.id == sa.bindparam("id"),
+        schema.messages.c.mailbox_id == sa.bindparam("mailbox"),
+        schema.messages.c.deleted == 0,
     )
 )
 
@@ -360,7 +389,7 @@ async def get(tx: Tx, mailbox_id: str, message_id: str) -> MessageSummary | None
 
 
 def _with_source() -> Any:
-    m, s = messages.alias("m"), message_sources.alias("s")
+    m, s = schema.messages.alias("m"), schema.message_sources.alias("s")
     return m, s, m.join(s, s.c.id == m.c.source_id)
 
 
@@ -369,8 +398,8 @@ def _raw() -> sa.Select[Any]:
     return sa.select(s.c.raw).select_from(joined).where(m.c.id == sa.bindparam("id"))
 
 
-_RAW = Statement(_raw())
-_SOURCE_ID = Statement(sa.select(messages.c.source_id).where(messages.c.id == sa.bindparam("id")))
+_RAW = Statement(_raw)
+_SOURCE_ID = Statement(lambda: sa.select(schema.messages.c.source_id).where(schema.messages.c.id == sa.bindparam("id")))
 
 
 async def raw(tx: Tx, message_id: str) -> bytes | None:
@@ -384,8 +413,10 @@ async def raw_large(tx: Tx, message_id: str) -> bytes | bytearray | None:
     return None if source_id is None else await tx.fetch_blob("message_sources", "raw", "id", source_id)
 
 
-_DETAIL = Statement(sa.select(message_details.c.detail).where(message_details.c.message_id == sa.bindparam("id")))
-_SAVE_DETAIL = upsert(message_details, keys=["message_id"], update=["detail"])
+_DETAIL = Statement(
+    lambda: sa.select(schema.message_details.c.detail).where(schema.message_details.c.message_id == sa.bindparam("id"))
+)
+_SAVE_DETAIL = upsert(lambda: schema.message_details, keys=["message_id"], update=["detail"])
 
 
 async def detail_json(tx: Tx, message_id: str) -> str | None:
@@ -413,7 +444,7 @@ def _reception() -> sa.Select[Any]:
     return sa.select(m.c.sender, s.c.client_ip, s.c.helo).select_from(joined).where(m.c.id == sa.bindparam("id"))
 
 
-_RECEPTION = Statement(_reception())
+_RECEPTION = Statement(_reception)
 
 
 async def reception(tx: Tx, message_id: str) -> ReceptionData | None:
@@ -421,8 +452,10 @@ async def reception(tx: Tx, message_id: str) -> ReceptionData | None:
     return None if row is None else ReceptionData(str(row[0]), row[1], row[2])
 
 
-_CHECKS = Statement(sa.select(message_checks.c.report).where(message_checks.c.message_id == sa.bindparam("id")))
-_SAVE_CHECKS = upsert(message_checks, keys=["message_id"], update=["report", "checked_at"])
+_CHECKS = Statement(
+    lambda: sa.select(schema.message_checks.c.report).where(schema.message_checks.c.message_id == sa.bindparam("id"))
+)
+_SAVE_CHECKS = upsert(lambda: schema.message_checks, keys=["message_id"], update=["report", "checked_at"])
 
 
 async def checks_json(tx: Tx, message_id: str) -> str | None:
@@ -438,24 +471,38 @@ async def save_checks(tx: Tx, message_id: str, report: str, *, now: float) -> No
 def _live_unread_of(mailbox: sa.ColumnElement[bool]) -> list[sa.ColumnElement[bool]]:
     return [
         mailbox,
-        messages.c.is_read == 0,
-        messages.c.deleted == 0,
-        messages.c.expires_at > sa.bindparam("now"),
+        schema.messages.c.is_read == 0,
+        schema.messages.c.deleted == 0,
+        schema.messages.c.expires_at > sa.bindparam("now"),
     ]
 
 
 _MARK_READ = Statement(
-    sa.update(messages)
-    .where(*_live_unread_of(messages.c.mailbox_id == sa.bindparam("mailbox")), messages.c.id == sa.bindparam("id"))
-    .values(is_read=1)
+    lambda: (
+        sa.update(schema.messages)
+        .where(
+            *_live_unread_of(schema.messages.c.mailbox_id == sa.bindparam("mailbox")),
+            schema.messages.c.id == sa.bindparam("id"),
+        )
+        .values(is_read=1)
+    )
 )
 _MARK_MANY_READ = Statement(
-    postgresql=sa.update(messages)
-    .where(*_live_unread_of(messages.c.mailbox_id == sa.bindparam("mailbox")), one_of(messages.c.id, "ids"))
-    .values(is_read=1)
+    postgresql=lambda: (
+        sa.update(schema.messages)
+        .where(
+            *_live_unread_of(schema.messages.c.mailbox_id == sa.bindparam("mailbox")),
+            one_of(schema.messages.c.id, "ids"),
+        )
+        .values(is_read=1)
+    )
 )
 _MARK_ALL_READ = Statement(
-    sa.update(messages).where(*_live_unread_of(messages.c.mailbox_id == sa.bindparam("mailbox"))).values(is_read=1)
+    lambda: (
+        sa.update(schema.messages)
+        .where(*_live_unread_of(schema.messages.c.mailbox_id == sa.bindparam("mailbox")))
+        .values(is_read=1)
+    )
 )
 
 
@@ -478,10 +525,16 @@ async def mark_all_read(tx: Tx, mailbox_id: str, *, now: float) -> int:
 
 
 _RELEASE = Statement(
-    sa.update(message_sources).where(message_sources.c.id == sa.bindparam("id")).values(refs=message_sources.c.refs - 1)
+    lambda: (
+        sa.update(schema.message_sources)
+        .where(schema.message_sources.c.id == sa.bindparam("id"))
+        .values(refs=schema.message_sources.c.refs - 1)
+    )
 )
 _DROP_UNHELD = Statement(
-    sa.delete(message_sources).where(message_sources.c.id == sa.bindparam("id"), message_sources.c.refs <= 0)
+    lambda: sa.delete(schema.message_sources).where(
+        schema.message_sources.c.id == sa.bindparam("id"), schema.message_sources.c.refs <= 0
+    )
 )
 
 
@@ -495,20 +548,32 @@ async def release_sources(tx: Tx, source_ids: Sequence[str]) -> None:
 
 
 _TO_DELETE = Statement(
-    sa.select(messages.c.size, messages.c.expired, messages.c.source_id).where(
-        messages.c.id == sa.bindparam("id"), messages.c.mailbox_id == sa.bindparam("mailbox"), messages.c.deleted == 0
+    lambda: sa.select(schema.messages.c.size, schema.messages.c.expired, schema.messages.c.source_id).where(
+        schema.messages.c.id == sa.bindparam("id"),
+        schema.messages.c.mailbox_id == sa.bindparam("mailbox"),
+        schema.messages.c.deleted == 0,
     )
 )
-_SET_DELETED = Statement(sa.update(messages).where(messages.c.id == sa.bindparam("id")).values(deleted=1))
-_FREE = Statement(
-    sa.update(mailboxes)
-    .where(mailboxes.c.id == sa.bindparam("mailbox"))
-    .values(used=mailboxes.c.used - sa.bindparam("size"))
+_SET_DELETED = Statement(
+    lambda: sa.update(schema.messages).where(schema.messages.c.id == sa.bindparam("id")).values(deleted=1)
 )
-_DELETE_DETAIL = Statement(sa.delete(message_details).where(message_details.c.message_id == sa.bindparam("id")))
-_DELETE_CHECKS = Statement(sa.delete(message_checks).where(message_checks.c.message_id == sa.bindparam("id")))
-_DELETE_TAGS = Statement(sa.delete(message_tags).where(message_tags.c.message_id == sa.bindparam("id")))
-_DELETE_MESSAGE = Statement(sa.delete(messages).where(messages.c.id == sa.bindparam("id")))
+_FREE = Statement(
+    lambda: (
+        sa.update(schema.mailboxes)
+        .where(schema.mailboxes.c.id == sa.bindparam("mailbox"))
+        .values(used=schema.mailboxes.c.used - sa.bindparam("size"))
+    )
+)
+_DELETE_DETAIL = Statement(
+    lambda: sa.delete(schema.message_details).where(schema.message_details.c.message_id == sa.bindparam("id"))
+)
+_DELETE_CHECKS = Statement(
+    lambda: sa.delete(schema.message_checks).where(schema.message_checks.c.message_id == sa.bindparam("id"))
+)
+_DELETE_TAGS = Statement(
+    lambda: sa.delete(schema.message_tags).where(schema.message_tags.c.message_id == sa.bindparam("id"))
+)
+_DELETE_MESSAGE = Statement(lambda: sa.delete(schema.messages).where(schema.messages.c.id == sa.bindparam("id")))
 
 
 async def soft_delete(tx: Tx, mailbox_id: str, message_id: str) -> bool:
@@ -531,15 +596,29 @@ async def soft_delete(tx: Tx, mailbox_id: str, message_id: str) -> bool:
 # The sweep's queries, each served by an index (tests/test_purge.py checks the plans): the writer
 # runs them, and every pending delivery waits behind them.
 EXPIRE_DUE = Statement(
-    sa.select(messages.c.id, messages.c.mailbox_id, messages.c.size)
-    .where(messages.c.expired == 0, messages.c.deleted == 0, messages.c.expires_at <= sa.bindparam("now"))
-    .limit(sa.bindparam("limit"))
+    lambda: (
+        sa.select(schema.messages.c.id, schema.messages.c.mailbox_id, schema.messages.c.size)
+        .where(
+            schema.messages.c.expired == 0,
+            schema.messages.c.deleted == 0,
+            schema.messages.c.expires_at <= sa.bindparam("now"),
+        )
+        .limit(sa.bindparam("limit"))
+    )
 )
-PURGE_DELETED = Statement(sa.select(messages.c.id).where(messages.c.deleted == 1).limit(sa.bindparam("limit")))
+PURGE_DELETED = Statement(
+    lambda: sa.select(schema.messages.c.id).where(schema.messages.c.deleted == 1).limit(sa.bindparam("limit"))
+)
 PURGE_EXPIRED = Statement(
-    sa.select(messages.c.id, messages.c.source_id)
-    .where(messages.c.expired == 1, messages.c.expires_at <= sa.bindparam("before"), messages.c.deleted == 0)
-    .limit(sa.bindparam("limit"))
+    lambda: (
+        sa.select(schema.messages.c.id, schema.messages.c.source_id)
+        .where(
+            schema.messages.c.expired == 1,
+            schema.messages.c.expires_at <= sa.bindparam("before"),
+            schema.messages.c.deleted == 0,
+        )
+        .limit(sa.bindparam("limit"))
+    )
 )
 
 
@@ -551,9 +630,11 @@ def due(table: Any) -> sa.ColumnElement[bool]:
 
 
 _DUE_SIZES = Statement(
-    sa.select(messages.c.mailbox_id, sa.func.sum(messages.c.size))
-    .where(one_of(messages.c.mailbox_id, "mailboxes"), due(messages))
-    .group_by(messages.c.mailbox_id)
+    lambda: (
+        sa.select(schema.messages.c.mailbox_id, sa.func.sum(schema.messages.c.size))
+        .where(one_of(schema.messages.c.mailbox_id, "mailboxes"), due(schema.messages))
+        .group_by(schema.messages.c.mailbox_id)
+    )
 )
 
 
@@ -566,7 +647,9 @@ async def due_sizes(tx: Tx, mailbox_ids: Sequence[str], *, now: float) -> dict[s
     return {str(r[0]): int(r[1]) for r in rows}
 
 
-_SET_EXPIRED = Statement(sa.update(messages).where(messages.c.id == sa.bindparam("id")).values(expired=1))
+_SET_EXPIRED = Statement(
+    lambda: sa.update(schema.messages).where(schema.messages.c.id == sa.bindparam("id")).values(expired=1)
+)
 
 
 async def expire_due(tx: Tx, *, now: float, limit: int) -> int:
@@ -598,15 +681,17 @@ async def purge(tx: Tx, *, expired_before: float, limit: int) -> int:
 
 
 _MARK_UNREAD = Statement(
-    sa.update(messages)
-    .where(
-        messages.c.mailbox_id == sa.bindparam("mailbox"),
-        messages.c.id == sa.bindparam("id"),
-        messages.c.is_read == 1,
-        messages.c.deleted == 0,
-        messages.c.expires_at > sa.bindparam("now"),
+    lambda: (
+        sa.update(schema.messages)
+        .where(
+            schema.messages.c.mailbox_id == sa.bindparam("mailbox"),
+            schema.messages.c.id == sa.bindparam("id"),
+            schema.messages.c.is_read == 1,
+            schema.messages.c.deleted == 0,
+            schema.messages.c.expires_at > sa.bindparam("now"),
+        )
+        .values(is_read=0)
     )
-    .values(is_read=0)
 )
 
 
@@ -615,9 +700,11 @@ async def mark_unread(tx: Tx, mailbox_id: str, message_id: str, *, now: float) -
 
 
 _UNREAD_COUNTS = Statement(
-    sa.select(messages.c.mailbox_id, sa.func.count())
-    .where(*_live_unread_of(one_of(messages.c.mailbox_id, "mailboxes")))
-    .group_by(messages.c.mailbox_id)
+    lambda: (
+        sa.select(schema.messages.c.mailbox_id, sa.func.count())
+        .where(*_live_unread_of(one_of(schema.messages.c.mailbox_id, "mailboxes")))
+        .group_by(schema.messages.c.mailbox_id)
+    )
 )
 
 
@@ -629,7 +716,11 @@ async def unread_counts(tx: Tx, mailbox_ids: Sequence[str], *, now: float) -> di
     return {str(r[0]): int(r[1]) for r in rows}
 
 
-_SET_TAGS = Statement(sa.update(messages).where(messages.c.id == sa.bindparam("id")).values(tags=sa.bindparam("tags")))
+_SET_TAGS = Statement(
+    lambda: (
+        sa.update(schema.messages).where(schema.messages.c.id == sa.bindparam("id")).values(tags=sa.bindparam("tags"))
+    )
+)
 
 
 async def set_tags(tx: Tx, mailbox_id: str, message_id: str, tags: Sequence[str]) -> MessageSummary | None:
@@ -648,3 +739,6 @@ async def set_tags(tx: Tx, mailbox_id: str, message_id: str, tags: Sequence[str]
             ],
         )
     return msgspec.structs.replace(found, tags=tuple(tags))
+
+
+name_statements(__name__, globals())

@@ -4,32 +4,31 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
 from inboxd.store.db import Tx
-from inboxd.store.schema import ops_usage
-from inboxd.store.sql import Statement, param, values_of
+from inboxd.store.sql import Statement, name_statements, param, sa, schema, values_of
 
 GET_COUNT = Statement(
-    sa.select(ops_usage.c.count).where(
-        ops_usage.c.user_id == param(ops_usage.c.user_id), ops_usage.c.month == param(ops_usage.c.month)
+    lambda: sa.select(schema.ops_usage.c.count).where(
+        schema.ops_usage.c.user_id == param(schema.ops_usage.c.user_id),
+        schema.ops_usage.c.month == param(schema.ops_usage.c.month),
     )
 )
 
 
-def _add(insert: Any) -> Any:
+def _add(dialect: str) -> Any:
     """INSERT of a delta that adds it to the row's count when the row exists (`ON CONFLICT`,
     written by each dialect's own `insert`)."""
-    statement = insert(ops_usage).values(values_of(ops_usage))
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
+    statement = insert(schema.ops_usage).values(values_of(schema.ops_usage))
     return statement.on_conflict_do_update(
-        index_elements=[ops_usage.c.user_id, ops_usage.c.month],
-        set_={"count": ops_usage.c.count + statement.excluded["count"]},
+        index_elements=[schema.ops_usage.c.user_id, schema.ops_usage.c.month],
+        set_={"count": schema.ops_usage.c.count + statement.excluded["count"]},
     )
 
 
-ADD = Statement(sqlite=_add(sqlite_insert), postgresql=_add(postgresql_insert))
+ADD = Statement(sqlite=lambda: _add("sqlite"), postgresql=lambda: _add("postgresql"))
 
 
 async def get_count(tx: Tx, user_id: str, month: str) -> int:
@@ -42,3 +41,6 @@ async def add_counts(tx: Tx, deltas: dict[tuple[str, str], int]) -> None:
     await tx.executemany(
         ADD, [{"user_id": user_id, "month": month, "count": n} for (user_id, month), n in deltas.items()]
     )
+
+
+name_statements(__name__, globals())

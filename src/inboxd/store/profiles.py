@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import sqlalchemy as sa
-
 from inboxd.store.db import Tx
-from inboxd.store.schema import custom_domains, mailboxes, webhooks
-from inboxd.store.sql import Statement
+from inboxd.store.sql import Statement, name_statements, sa, schema
 
 
 def _count_of_user(table: sa.Table) -> sa.ScalarSelect[int]:
@@ -21,10 +18,10 @@ def _count_of_user(table: sa.Table) -> sa.ScalarSelect[int]:
 
 
 HOLDINGS = Statement(
-    sa.select(
-        _count_of_user(mailboxes).label("mailboxes"),
-        _count_of_user(custom_domains).label("domains"),
-        _count_of_user(webhooks).label("webhooks"),
+    lambda: sa.select(
+        _count_of_user(schema.mailboxes).label("mailboxes"),
+        _count_of_user(schema.custom_domains).label("domains"),
+        _count_of_user(schema.webhooks).label("webhooks"),
     )
 )
 
@@ -40,3 +37,6 @@ async def holdings(tx: Tx, user_id: str) -> Holdings:
     row = await tx.fetchrow(HOLDINGS, user_id=user_id)
     assert row is not None
     return Holdings(mailboxes=int(row["mailboxes"]), domains=int(row["domains"]), webhooks=int(row["webhooks"]))
+
+
+name_statements(__name__, globals())

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import json
-
-import sqlalchemy as sa
+from typing import Any
 
 from inboxd.model import RelayAnswer, Release
 from inboxd.store.db import Row, Tx
-from inboxd.store.schema import releases
-from inboxd.store.sql import Statement, param, values_of
+from inboxd.store.sql import Statement, name_statements, param, sa, schema, values_of
 
-_r = releases.c
 
-INSERT = Statement(sa.insert(releases).values(values_of(releases)))
+def _r() -> sa.sql.base.ReadOnlyColumnCollection[str, sa.Column[Any]]:
+    return schema.releases.c
+
+
+INSERT = Statement(lambda: sa.insert(schema.releases).values(values_of(schema.releases)))
 OF_MESSAGE = Statement(
-    sa.select(releases)
-    .where(_r.message_id == param(_r.message_id), _r.mailbox_id == param(_r.mailbox_id))
-    .order_by(_r.created_at.desc())
-    .limit(sa.bindparam("limit"))
+    lambda: (
+        sa.select(schema.releases)
+        .where(_r().message_id == param(_r().message_id), _r().mailbox_id == param(_r().mailbox_id))
+        .order_by(_r().created_at.desc())
+        .limit(sa.bindparam("limit"))
+    )
 )
 
 
@@ -49,3 +52,6 @@ def _release(row: Row) -> Release:
         created_at=row["created_at"],
         answers=tuple(RelayAnswer(a, bool(ok), int(code), text) for a, ok, code, text in json.loads(row["answers"])),
     )
+
+
+name_statements(__name__, globals())

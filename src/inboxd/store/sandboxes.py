@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from functools import cache
+from typing import Any
+
 import msgspec
-import sqlalchemy as sa
 
 from inboxd.model import NO_FILTER, Mailbox, MessageFilter, Sandbox, SandboxMessage
 from inboxd.store import mailboxes as mailbox_store
@@ -11,8 +13,7 @@ from inboxd.store import messages as message_store
 from inboxd.store import search
 from inboxd.store.db import Row, Tx
 from inboxd.store.messages import PAGE_SIZE, summary_from
-from inboxd.store.schema import mailboxes, message_checks, message_details, messages, sandboxes
-from inboxd.store.sql import Statement, param, values_of
+from inboxd.store.sql import Statement, name_statements, param, sa, schema, values_of
 
 _decode_envelope = msgspec.json.Decoder(list[str]).decode
 
@@ -26,37 +27,58 @@ def _sandbox(row: Row) -> Sandbox:
     )
 
 
-_s, _m = sandboxes.alias("s"), mailboxes.alias("m")
-# The sandbox with its mailbox, whose `user_id` is the sandbox's (read once, by `_sandbox` and
-# `mailbox_from` both).
-_SANDBOX = sa.select(
-    _s.c.user_id,
-    _s.c.username,
-    _s.c.created_at.label("sandbox_created_at"),
-    *(c for c in mailbox_store.mailbox_columns(_m) if c.key != "user_id"),
-).select_from(_s.join(_m, _m.c.id == _s.c.mailbox_id))
-FOR_USER = Statement(_SANDBOX.where(_s.c.user_id == param(_s.c.user_id)))
-BY_USERNAME = Statement(_SANDBOX.where(_s.c.username == param(_s.c.username)))
-INSERT = Statement(sa.insert(sandboxes).values(values_of(sandboxes)))
+@cache
+def _s() -> sa.sql.selectable.NamedFromClause[Any]:
+    return schema.sandboxes.alias("s")
+
+
+@cache
+def _m() -> sa.sql.selectable.NamedFromClause[Any]:
+    return schema.mailboxes.alias("m")
+
+
+@cache
+def _with_mailbox() -> sa.Select[Any]:
+    """The sandbox with its mailbox, whose `user_id` is the sandbox's (read once, by `_sandbox`
+    and `mailbox_from` both)."""
+    return sa.select(
+        _s().c.user_id,
+        _s().c.username,
+        _s().c.created_at.label("sandbox_created_at"),
+        *(c for c in mailbox_store.mailbox_columns(_m()) if c.key != "user_id"),
+    ).select_from(_s().join(_m(), _m().c.id == _s().c.mailbox_id))
+
+
+FOR_USER = Statement(lambda: _with_mailbox().where(_s().c.user_id == param(_s().c.user_id)))
+BY_USERNAME = Statement(lambda: _with_mailbox().where(_s().c.username == param(_s().c.username)))
+INSERT = Statement(lambda: sa.insert(schema.sandboxes).values(values_of(schema.sandboxes)))
 ENVELOPE = Statement(
-    sa.select(messages.c.envelope).where(
-        messages.c.id == param(messages.c.id),
-        messages.c.mailbox_id == param(messages.c.mailbox_id),
-        messages.c.deleted == 0,
+    lambda: sa.select(schema.messages.c.envelope).where(
+        schema.messages.c.id == param(schema.messages.c.id),
+        schema.messages.c.mailbox_id == param(schema.messages.c.mailbox_id),
+        schema.messages.c.deleted == 0,
     )
 )
 LIVE = Statement(
-    sa.select(messages.c.id, messages.c.size, messages.c.expired, messages.c.source_id).where(
-        messages.c.mailbox_id == param(messages.c.mailbox_id), messages.c.deleted == 0
-    )
+    lambda: sa.select(
+        schema.messages.c.id, schema.messages.c.size, schema.messages.c.expired, schema.messages.c.source_id
+    ).where(schema.messages.c.mailbox_id == param(schema.messages.c.mailbox_id), schema.messages.c.deleted == 0)
 )
-SET_DELETED = Statement(sa.update(messages).where(messages.c.id == param(messages.c.id)).values(deleted=1))
-DELETE_DETAIL = Statement(sa.delete(message_details).where(message_details.c.message_id == sa.bindparam("id")))
-DELETE_CHECKS = Statement(sa.delete(message_checks).where(message_checks.c.message_id == sa.bindparam("id")))
+SET_DELETED = Statement(
+    lambda: sa.update(schema.messages).where(schema.messages.c.id == param(schema.messages.c.id)).values(deleted=1)
+)
+DELETE_DETAIL = Statement(
+    lambda: sa.delete(schema.message_details).where(schema.message_details.c.message_id == sa.bindparam("id"))
+)
+DELETE_CHECKS = Statement(
+    lambda: sa.delete(schema.message_checks).where(schema.message_checks.c.message_id == sa.bindparam("id"))
+)
 FREE = Statement(
-    sa.update(mailboxes)
-    .where(mailboxes.c.id == param(mailboxes.c.id))
-    .values(used=mailboxes.c.used - sa.bindparam("freed"))
+    lambda: (
+        sa.update(schema.mailboxes)
+        .where(schema.mailboxes.c.id == param(schema.mailboxes.c.id))
+        .values(used=schema.mailboxes.c.used - sa.bindparam("freed"))
+    )
 )
 
 
@@ -112,3 +134,6 @@ async def delete_all(tx: Tx, mailbox_id: str) -> int:
     if freed:
         await tx.execute(FREE, freed=freed, id=mailbox_id)
     return sum(1 for r in rows if not r["expired"])
+
+
+name_statements(__name__, globals())

@@ -2,7 +2,7 @@
 
 `message_search` holds, per indexed message, what the summary columns lack: the recipients
 (lowercased) and whether it has attachments. The words themselves live in a tsvector column
-with a GIN index on PostgreSQL, and in the FTS5 table `message_fts` (rowid = `doc_id`) on
+with a GIN index on PostgreSQL, and in the FTS5 table `_fts_table()` (rowid = `doc_id`) on
 SQLite. Words are cut in Python (`services/filters.py`) and stored as they are, so neither
 database's own parser decides what a word is.
 
@@ -16,7 +16,7 @@ A filtered list is a `Shape` (which filters are present, how the full text is re
 parameters: `query` finds both, `page_parts` makes the Core FROM, WHERE and ORDER BY of a shape,
 and `store/messages.py` keeps one compiled statement per shape. Where the two databases differ:
 `_contains` (case folding), `_words_match` (FTS5's MATCH, the tsvector's `@@`) and the
-`message_fts` statements, which exist on SQLite only.
+`_fts_table()` statements, which exist on SQLite only.
 
 A message is indexed once (`messages.indexed` goes 0 → 1 in the same transaction that writes
 its row); deleting or purging a message takes its row out of the index.
@@ -26,16 +26,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Literal, NamedTuple
 
-import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import ARRAY, TSQUERY
+import msgspec
 
+from inboxd.config import Settings
 from inboxd.errors import FilterTooBroad
 from inboxd.model import MessageFilter, Term
+from inboxd.store import text_match
 from inboxd.store.db import Tx
-from inboxd.store.schema import mailboxes, message_search, message_tags, messages, meta
-from inboxd.store.sql import Shapes, Statement, arrays, one_of, upsert, values_of
+from inboxd.store.sql import Shapes, Statement, arrays, name_statements, one_of, sa, schema, upsert, values_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +66,6 @@ MAX_TERM_CHARS = 64
 FEW_MATCHES = 2000
 
 
-def _like(needle: str) -> str:
-    escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
 def _fts5_query(terms: Sequence[Term]) -> str:
     return " ".join('"' + t.text.replace('"', '""') + '"' + ("*" if t.prefix else "") for t in terms)
 
@@ -80,14 +76,37 @@ def _tsquery(terms: Sequence[Term]) -> str:
     )
 
 
-# The tables of the queries, by the aliases the list's SQL has always used.
-M = messages.alias("m")
-S = message_search.alias("s")
-T = message_tags.alias("t")
-# SQLite's FTS5 table (made by migration 0006; SQLAlchemy has no virtual tables): `rowid` is
-# the `doc_id`, the column named after the table is the one MATCH takes.
-message_fts = sa.table("message_fts", sa.column("rowid", sa.Integer), sa.column("message_fts"), sa.column("terms"))
-F = message_fts.alias("f")
+# The tables of the queries, by the aliases the list's SQL has always used (each made once: a
+# statement's two uses of an alias must be the same object).
+
+
+@cache
+def listed() -> sa.sql.selectable.NamedFromClause[Any]:
+    """`messages m`, the list's table (`page_parts`)."""
+    return schema.messages.alias("m")
+
+
+@cache
+def _indexed() -> sa.sql.selectable.NamedFromClause[Any]:
+    return schema.message_search.alias("s")
+
+
+@cache
+def _tagged() -> sa.sql.selectable.NamedFromClause[Any]:
+    return schema.message_tags.alias("t")
+
+
+@cache
+def _fts_table() -> sa.TableClause:
+    """SQLite's FTS5 table (made by migration 0006; SQLAlchemy has no virtual tables): `rowid` is
+    the `doc_id`, the column named after the table is the one MATCH takes."""
+    return sa.table("message_fts", sa.column("rowid", sa.Integer), sa.column("message_fts"), sa.column("terms"))
+
+
+@cache
+def _fts() -> sa.sql.selectable.NamedFromClause[Any]:
+    return _fts_table().alias("f")
+
 
 # How a substring filter folds case: PostgreSQL's ILIKE; SQLite's LIKE, which folds ASCII
 # itself; SQLite's LIKE on `inboxd_lower` (registered on every connection, store/sqlite.py) for
@@ -106,11 +125,11 @@ def _contains(fold: Fold, columns: Sequence[sa.ColumnElement[Any]], name: str) -
     of any of `columns`."""
     pattern: sa.BindParameter[str] = sa.bindparam(name)
     if fold == "ilike":
-        tests = [c.ilike(pattern, escape="\\") for c in columns]
+        tests = [text_match.ilike(c, pattern) for c in columns]
     elif fold == "like":
-        tests = [c.like(pattern, escape="\\") for c in columns]
+        tests = [text_match.like(c, pattern) for c in columns]
     else:
-        tests = [sa.func.inboxd_lower(c).like(pattern, escape="\\") for c in columns]
+        tests = [text_match.like(sa.func.inboxd_lower(c), pattern) for c in columns]
     return sa.or_(*tests)
 
 
@@ -118,8 +137,12 @@ def _words_match(dialect: str) -> sa.ColumnElement[bool]:
     """The full-text match of the parameter `words` (`_words`): FTS5's MATCH on SQLite, the
     tsvector's `@@` on PostgreSQL. The one place the two indexes differ in SQL."""
     if dialect == "postgresql":
-        return S.c.terms.op("@@")(sa.cast(sa.bindparam("words"), TSQUERY))
-    return F.c.message_fts.op("MATCH")(sa.bindparam("words"))
+        from sqlalchemy.dialects.postgresql import TSQUERY
+
+        match: sa.ColumnElement[bool] = _indexed().c.terms.op("@@")(sa.cast(sa.bindparam("words"), TSQUERY))
+    else:
+        match = _fts().c.message_fts.op("MATCH")(sa.bindparam("words"))
+    return match
 
 
 def _words(dialect: str, terms: Sequence[Term]) -> str:
@@ -196,33 +219,52 @@ def _range_params(flt: MessageFilter) -> dict[str, float]:
 def _scan_floor_statement(key: tuple[bool, bool, int]) -> Statement:
     since, until, scan_rows = key
     return Statement(
-        sa.select(messages.c.created_at)
-        .where(
-            messages.c.mailbox_id == sa.bindparam("mailbox"), messages.c.deleted == 0, *_range(messages, since, until)
+        lambda: (
+            sa.select(schema.messages.c.created_at)
+            .where(
+                schema.messages.c.mailbox_id == sa.bindparam("mailbox"),
+                schema.messages.c.deleted == 0,
+                *_range(schema.messages, since, until),
+            )
+            .order_by(schema.messages.c.created_at.desc(), schema.messages.c.id.desc())
+            .limit(1)
+            .offset(scan_rows - 1)
         )
-        .order_by(messages.c.created_at.desc(), messages.c.id.desc())
-        .limit(1)
-        .offset(scan_rows - 1)
     )
 
 
 def _older_statement(key: tuple[bool, bool]) -> Statement:
     since, until = key
     return Statement(
-        sa.select(sa.literal_column("1"))
-        .select_from(messages)
-        .where(
-            messages.c.mailbox_id == sa.bindparam("mailbox"),
-            messages.c.deleted == 0,
-            *_range(messages, since, until),
-            messages.c.created_at < sa.bindparam("floor"),
+        lambda: (
+            sa.select(sa.literal_column("1"))
+            .select_from(schema.messages)
+            .where(
+                schema.messages.c.mailbox_id == sa.bindparam("mailbox"),
+                schema.messages.c.deleted == 0,
+                *_range(schema.messages, since, until),
+                schema.messages.c.created_at < sa.bindparam("floor"),
+            )
+            .limit(1)
         )
-        .limit(1)
     )
 
 
-_SCAN_FLOORS: Shapes[tuple[bool, bool, int]] = Shapes(_scan_floor_statement, size=16)
-_OLDER: Shapes[tuple[bool, bool]] = Shapes(_older_statement, size=4)
+def _ranges() -> list[tuple[bool, bool]]:
+    """Every (since, until) a filter may have."""
+    return [(since, until) for since in (False, True) for until in (False, True)]
+
+
+def _default_scan_rows() -> int:
+    field = next(f for f in msgspec.structs.fields(Settings) if f.name == "filter_scan_rows")
+    return int(field.default)
+
+
+# Precompiled for the configuration's default bound; another bound compiles at its first use.
+_SCAN_FLOORS: Shapes[tuple[bool, bool, int]] = Shapes(
+    _scan_floor_statement, size=16, prepared=lambda: [(*r, _default_scan_rows()) for r in _ranges()]
+)
+_OLDER: Shapes[tuple[bool, bool]] = Shapes(_older_statement, size=4, prepared=_ranges)
 
 
 async def _scan_floor(tx: Tx, mailbox_id: str, flt: MessageFilter, scan_rows: int) -> float | None:
@@ -250,9 +292,11 @@ async def check_bound(tx: Tx, mailbox_id: str, flt: MessageFilter, q: Query, *, 
 
 
 _MATCHES = Statement(
-    postgresql=sa.select(S.c.message_id)
-    .where(_words_match("postgresql"), S.c.mailbox_id == sa.bindparam("mailbox"))
-    .limit(FEW_MATCHES + 1),
+    postgresql=lambda: (
+        sa.select(_indexed().c.message_id)
+        .where(_words_match("postgresql"), _indexed().c.mailbox_id == sa.bindparam("mailbox"))
+        .limit(FEW_MATCHES + 1)
+    ),
     replan=True,
 )
 
@@ -264,15 +308,15 @@ async def query(tx: Tx, mailbox_id: str, flt: MessageFilter, *, scan_rows: int =
     from_ = subject = None
     if flt.from_:
         from_ = _fold(tx.dialect, flt.from_)
-        params["from_pattern"] = _like(flt.from_)
+        params["from_pattern"] = text_match.contains_pattern(flt.from_)
     if flt.subject:
         subject = _fold(tx.dialect, flt.subject)
-        params["subject_pattern"] = _like(flt.subject)
+        params["subject_pattern"] = text_match.contains_pattern(flt.subject)
     if flt.unread is not None:
         params["unread"] = 0 if flt.unread else 1
     params.update(_range_params(flt))
     if flt.to:
-        params["to_pattern"] = _like(flt.to)
+        params["to_pattern"] = text_match.contains_pattern(flt.to)
     if flt.has_attachments is not None:
         params["has_attachments"] = 1 if flt.has_attachments else 0
     floor = await _scan_floor(tx, mailbox_id, flt, scan_rows)
@@ -331,72 +375,96 @@ def _conditions(shape: Shape) -> list[sa.ColumnElement[bool]]:
     """The filters' conditions on `messages m` (and `message_search s`), full text aside."""
     where: list[sa.ColumnElement[bool]] = []
     if shape.from_:
-        where.append(_contains(shape.from_, (M.c.from_header, M.c.sender), "from_pattern"))
+        where.append(_contains(shape.from_, (listed().c.from_header, listed().c.sender), "from_pattern"))
     if shape.subject:
-        where.append(_contains(shape.subject, (M.c.subject,), "subject_pattern"))
+        where.append(_contains(shape.subject, (listed().c.subject,), "subject_pattern"))
     if shape.unread:
-        where.append(M.c.is_read == sa.bindparam("unread"))
-    where += _range(M, shape.since, shape.until)
+        where.append(listed().c.is_read == sa.bindparam("unread"))
+    where += _range(listed(), shape.since, shape.until)
     if shape.to:
         # Stored lowercase, so a plain LIKE is case-insensitive on both databases.
-        where.append(S.c.recipients.like(sa.bindparam("to_pattern"), escape="\\"))
+        where.append(text_match.like(_indexed().c.recipients, sa.bindparam("to_pattern")))
     if shape.has_attachments:
-        where.append(S.c.has_attachments == sa.bindparam("has_attachments"))
+        where.append(_indexed().c.has_attachments == sa.bindparam("has_attachments"))
     if shape.floor:
-        where.append(M.c.created_at >= sa.bindparam("floor"))
+        where.append(listed().c.created_at >= sa.bindparam("floor"))
     return where
 
 
 def page_parts(shape: Shape) -> tuple[Any, list[sa.ColumnElement[bool]], list[sa.ColumnElement[Any]]]:
-    """(FROM, WHERE conditions, ORDER BY) of a list of this shape over `messages m` (`M`); the
+    """(FROM, WHERE conditions, ORDER BY) of a list of this shape over `messages m` (`listed()`); the
     caller adds the mailbox and liveness conditions and the page's LIMIT and OFFSET."""
     where = _conditions(shape)
-    newest_first: list[sa.ColumnElement[Any]] = [M.c.created_at.desc(), M.c.id.desc()]
+    newest_first: list[sa.ColumnElement[Any]] = [listed().c.created_at.desc(), listed().c.id.desc()]
 
     def with_search(source: Any) -> Any:
-        return source.join(S, S.c.message_id == M.c.id) if shape.to or shape.has_attachments else source
+        return (
+            source.join(_indexed(), _indexed().c.message_id == listed().c.id)
+            if shape.to or shape.has_attachments
+            else source
+        )
 
     if shape.tag == "driven":
         # Driven from the tag's index entries, newest first: a page reads only tagged messages.
-        source = with_search(T.join(M, M.c.id == T.c.message_id))
-        where = [T.c.mailbox_id == sa.bindparam("mailbox"), T.c.tag == sa.bindparam("tag"), *where]
-        tag_order: list[sa.ColumnElement[Any]] = [T.c.created_at.desc(), T.c.message_id.desc()]
+        source = with_search(_tagged().join(listed(), listed().c.id == _tagged().c.message_id))
+        where = [_tagged().c.mailbox_id == sa.bindparam("mailbox"), _tagged().c.tag == sa.bindparam("tag"), *where]
+        tag_order: list[sa.ColumnElement[Any]] = [_tagged().c.created_at.desc(), _tagged().c.message_id.desc()]
         return source, where, tag_order
     if shape.tag == "exists":
-        tagged: sa.Select[Any] = sa.select(sa.literal_column("1")).select_from(T)
-        where.append(tagged.where(T.c.message_id == M.c.id, T.c.tag == sa.bindparam("tag")).exists())
+        tagged: sa.Select[Any] = sa.select(sa.literal_column("1")).select_from(_tagged())
+        where.append(
+            tagged.where(_tagged().c.message_id == listed().c.id, _tagged().c.tag == sa.bindparam("tag")).exists()
+        )
     if shape.words == "fts5":
-        source = F.join(S, S.c.doc_id == F.c.rowid).join(M, M.c.id == S.c.message_id)
+        source = (
+            _fts()
+            .join(_indexed(), _indexed().c.doc_id == _fts().c.rowid)
+            .join(listed(), listed().c.id == _indexed().c.message_id)
+        )
         match = [_words_match("sqlite")]
         if shape.floor:
-            match.append(F.c.rowid >= sa.bindparam("fts_floor"))
-        rowids: list[sa.ColumnElement[Any]] = [F.c.rowid.desc()]
+            match.append(_fts().c.rowid >= sa.bindparam("fts_floor"))
+        rowids: list[sa.ColumnElement[Any]] = [_fts().c.rowid.desc()]
         return source, [*match, *where], rowids
     if shape.words == "hits":
+        from sqlalchemy.dialects.postgresql import ARRAY
+
         hit = (
             sa.func.unnest(sa.cast(sa.bindparam("hits"), ARRAY(sa.Text))).table_valued("id").render_derived(name="hit")
         )
-        return with_search(hit.join(M, M.c.id == hit.c.id)), where, newest_first
+        return with_search(hit.join(listed(), listed().c.id == hit.c.id)), where, newest_first
     if shape.words == "walk":
-        return M.join(S, S.c.message_id == M.c.id), [*where, _words_match("postgresql")], newest_first
-    return with_search(M), where, newest_first
+        return (
+            listed().join(_indexed(), _indexed().c.message_id == listed().c.id),
+            [*where, _words_match("postgresql")],
+            newest_first,
+        )
+    return with_search(listed()), where, newest_first
 
 
 _PENDING_ALL = Statement(
-    sa.select(messages.c.id, messages.c.mailbox_id, messages.c.size, messages.c.created_at)
-    .where(messages.c.indexed == 0, messages.c.deleted == 0)
-    .order_by(messages.c.created_at)
-    .limit(sa.bindparam("limit"))
+    lambda: (
+        sa.select(
+            schema.messages.c.id, schema.messages.c.mailbox_id, schema.messages.c.size, schema.messages.c.created_at
+        )
+        .where(schema.messages.c.indexed == 0, schema.messages.c.deleted == 0)
+        .order_by(schema.messages.c.created_at)
+        .limit(sa.bindparam("limit"))
+    )
 )
 _PENDING_SETTLED = Statement(
-    sa.select(messages.c.id, messages.c.mailbox_id, messages.c.size, messages.c.created_at)
-    .where(
-        messages.c.indexed == 0,
-        messages.c.deleted == 0,
-        sa.or_(messages.c.created_at < sa.bindparam("settled_before"), one_of(messages.c.id, "own")),
+    lambda: (
+        sa.select(
+            schema.messages.c.id, schema.messages.c.mailbox_id, schema.messages.c.size, schema.messages.c.created_at
+        )
+        .where(
+            schema.messages.c.indexed == 0,
+            schema.messages.c.deleted == 0,
+            sa.or_(schema.messages.c.created_at < sa.bindparam("settled_before"), one_of(schema.messages.c.id, "own")),
+        )
+        .order_by(schema.messages.c.created_at)
+        .limit(sa.bindparam("limit"))
     )
-    .order_by(messages.c.created_at)
-    .limit(sa.bindparam("limit"))
 )
 
 
@@ -423,9 +491,19 @@ class Source(NamedTuple):
 
 
 _SOURCES = Statement(
-    sa.select(M.c.id, M.c.source_id, M.c.subject, M.c.from_header, M.c.sender, mailboxes.c.address, M.c.envelope)
-    .select_from(M.join(mailboxes, mailboxes.c.id == M.c.mailbox_id))
-    .where(M.c.deleted == 0, one_of(M.c.id, "ids"))
+    lambda: (
+        sa.select(
+            listed().c.id,
+            listed().c.source_id,
+            listed().c.subject,
+            listed().c.from_header,
+            listed().c.sender,
+            schema.mailboxes.c.address,
+            listed().c.envelope,
+        )
+        .select_from(listed().join(schema.mailboxes, schema.mailboxes.c.id == listed().c.mailbox_id))
+        .where(listed().c.deleted == 0, one_of(listed().c.id, "ids"))
+    )
 )
 
 
@@ -445,7 +523,9 @@ async def sources(tx: Tx, message_ids: Sequence[str]) -> list[Source]:
     return out
 
 
-_SET_INDEXED = Statement(sa.update(messages).where(messages.c.id == sa.bindparam("id")).values(indexed=1))
+_SET_INDEXED = Statement(
+    lambda: sa.update(schema.messages).where(schema.messages.c.id == sa.bindparam("id")).values(indexed=1)
+)
 
 
 async def mark_unindexable(tx: Tx, message_ids: Sequence[str]) -> None:
@@ -458,10 +538,10 @@ def _save_postgres() -> Any:
     only the claimed get a row. Words are letters and digits separated by spaces; the tsvector
     keeps each once, and none longer than a query can name."""
     claimed = (
-        sa.update(messages)
-        .where(one_of(messages.c.id, "ids"), messages.c.indexed == 0, messages.c.deleted == 0)
+        sa.update(schema.messages)
+        .where(one_of(schema.messages.c.id, "ids"), schema.messages.c.indexed == 0, schema.messages.c.deleted == 0)
         .values(indexed=1)
-        .returning(messages.c.id)
+        .returning(schema.messages.c.id)
         .cte("claimed")
     )
     d = arrays(
@@ -477,25 +557,33 @@ def _save_postgres() -> Any:
         d.c.message_id, d.c.mailbox_id, d.c.recipients, d.c.has_attachments, sa.func.array_to_tsvector(words)
     ).select_from(d.join(claimed, claimed.c.id == d.c.message_id))
     return (
-        sa.insert(message_search)
+        sa.insert(schema.message_search)
         .from_select(["message_id", "mailbox_id", "recipients", "has_attachments", "terms"], rows)
-        .returning(message_search.c.mailbox_id)
+        .returning(schema.message_search.c.mailbox_id)
     )
 
 
-_SAVE_POSTGRES = Statement(postgresql=_save_postgres())
+_SAVE_POSTGRES = Statement(postgresql=_save_postgres)
 _CLAIM = Statement(
-    sa.update(messages)
-    .where(messages.c.id == sa.bindparam("id"), messages.c.indexed == 0, messages.c.deleted == 0)
-    .values(indexed=1)
-)
-_DOC_ID_TAKEN = Statement(sa.select(sa.literal_column("1")).where(message_search.c.doc_id == sa.bindparam("doc_id")))
-_INSERT_SEARCH = Statement(
-    sa.insert(message_search).values(
-        values_of(message_search, "doc_id", "message_id", "mailbox_id", "recipients", "has_attachments")
+    lambda: (
+        sa.update(schema.messages)
+        .where(
+            schema.messages.c.id == sa.bindparam("id"), schema.messages.c.indexed == 0, schema.messages.c.deleted == 0
+        )
+        .values(indexed=1)
     )
 )
-_INSERT_FTS = Statement(sqlite=sa.insert(message_fts).values(rowid=sa.bindparam("doc_id"), terms=sa.bindparam("terms")))
+_DOC_ID_TAKEN = Statement(
+    lambda: sa.select(sa.literal_column("1")).where(schema.message_search.c.doc_id == sa.bindparam("doc_id"))
+)
+_INSERT_SEARCH = Statement(
+    lambda: sa.insert(schema.message_search).values(
+        values_of(schema.message_search, "doc_id", "message_id", "mailbox_id", "recipients", "has_attachments")
+    )
+)
+_INSERT_FTS = Statement(
+    sqlite=lambda: sa.insert(_fts_table()).values(rowid=sa.bindparam("doc_id"), terms=sa.bindparam("terms"))
+)
 
 
 def _indexed_text(doc: Doc) -> str:
@@ -542,22 +630,26 @@ async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
 
 
 def _doc_ids(where: sa.ColumnElement[bool]) -> Any:
-    return sa.select(message_search.c.doc_id).where(where)
+    return sa.select(schema.message_search.c.doc_id).where(where)
 
 
 # The FTS5 rows go first (SQLite only: PostgreSQL's words are in `message_search` itself).
 _FORGET_FTS = Statement(
-    sqlite=sa.delete(message_fts).where(
-        message_fts.c.rowid == _doc_ids(message_search.c.message_id == sa.bindparam("id")).scalar_subquery()
+    sqlite=lambda: sa.delete(_fts_table()).where(
+        _fts_table().c.rowid == _doc_ids(schema.message_search.c.message_id == sa.bindparam("id")).scalar_subquery()
     )
 )
-_FORGET = Statement(sa.delete(message_search).where(message_search.c.message_id == sa.bindparam("id")))
+_FORGET = Statement(
+    lambda: sa.delete(schema.message_search).where(schema.message_search.c.message_id == sa.bindparam("id"))
+)
 _FORGET_MAILBOX_FTS = Statement(
-    sqlite=sa.delete(message_fts).where(
-        message_fts.c.rowid.in_(_doc_ids(message_search.c.mailbox_id == sa.bindparam("mailbox")))
+    sqlite=lambda: sa.delete(_fts_table()).where(
+        _fts_table().c.rowid.in_(_doc_ids(schema.message_search.c.mailbox_id == sa.bindparam("mailbox")))
     )
 )
-_FORGET_MAILBOX = Statement(sa.delete(message_search).where(message_search.c.mailbox_id == sa.bindparam("mailbox")))
+_FORGET_MAILBOX = Statement(
+    lambda: sa.delete(schema.message_search).where(schema.message_search.c.mailbox_id == sa.bindparam("mailbox"))
+)
 
 
 async def forget(tx: Tx, message_ids: Sequence[str]) -> None:
@@ -579,11 +671,11 @@ async def forget_mailbox(tx: Tx, mailbox_id: str) -> None:
 # What the index rows hold and how they are keyed; a change of it rebuilds the index at start.
 FORMAT = "2"  # 2: FTS5 rowid from created_at, a mailbox word in every document
 
-_BUILT_BY = Statement(sa.select(meta.c.value).where(meta.c.key == "search_format"))
-_EMPTY_FTS = Statement(sqlite=sa.delete(message_fts))
-_EMPTY = Statement(sa.delete(message_search))
-_UNINDEX_ALL = Statement(sa.update(messages).where(messages.c.indexed == 1).values(indexed=0))
-_SET_META = upsert(meta, keys=["key"], update=["value"])
+_BUILT_BY = Statement(lambda: sa.select(schema.meta.c.value).where(schema.meta.c.key == "search_format"))
+_EMPTY_FTS = Statement(sqlite=lambda: sa.delete(_fts_table()))
+_EMPTY = Statement(lambda: sa.delete(schema.message_search))
+_UNINDEX_ALL = Statement(lambda: sa.update(schema.messages).where(schema.messages.c.indexed == 1).values(indexed=0))
+_SET_META = upsert(lambda: schema.meta, keys=["key"], update=["value"])
 
 
 async def rebuild_if_stale(tx: Tx) -> bool:
@@ -598,3 +690,6 @@ async def rebuild_if_stale(tx: Tx) -> bool:
     await tx.execute(_UNINDEX_ALL)
     await tx.execute(_SET_META, key="search_format", value=FORMAT)
     return built_by is not None
+
+
+name_statements(__name__, globals())

@@ -4,64 +4,94 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
-
-import sqlalchemy as sa
 
 from inboxd.model import WebSession
 from inboxd.store.db import Row, Tx
-from inboxd.store.schema import sessions, users
-from inboxd.store.sql import Statement, one_of, param, values_of
+from inboxd.store.sql import Statement, name_statements, one_of, param, sa, schema, values_of
 from inboxd.store.users import user_from, user_labelled
 
-_s = sessions.alias("s")
-_u = users.alias("u")
-_by_id = sessions.c.id == param(sessions.c.id)
+
+@cache
+def _s() -> sa.sql.selectable.NamedFromClause[Any]:
+    return schema.sessions.alias("s")
+
+
+@cache
+def _u() -> sa.sql.selectable.NamedFromClause[Any]:
+    return schema.users.alias("u")
+
+
+@cache
+def _by_id() -> sa.ColumnElement[bool]:
+    return schema.sessions.c.id == param(schema.sessions.c.id)
+
 
 INSERT = Statement(
-    sa.insert(sessions).values(
-        {**values_of(sessions, "id", "user_id", "csrf_token", "created_at", "last_seen_at", "expires_at"), "data": "{}"}
+    lambda: sa.insert(schema.sessions).values(
+        {
+            **values_of(schema.sessions, "id", "user_id", "csrf_token", "created_at", "last_seen_at", "expires_at"),
+            "data": "{}",
+        }
     )
 )
 # The user's columns are null for a sign-in under way (no user yet).
 GET = Statement(
-    sa.select(
-        _s.c.id,
-        _s.c.csrf_token,
-        _s.c.data,
-        _s.c.created_at,
-        _s.c.last_seen_at,
-        _s.c.expires_at,
-        *user_labelled(_u, "u_"),
+    lambda: (
+        sa.select(
+            _s().c.id,
+            _s().c.csrf_token,
+            _s().c.data,
+            _s().c.created_at,
+            _s().c.last_seen_at,
+            _s().c.expires_at,
+            *user_labelled(_u(), "u_"),
+        )
+        .select_from(_s().outerjoin(_u(), _u().c.id == _s().c.user_id))
+        .where(_s().c.id == param(_s().c.id))
     )
-    .select_from(_s.outerjoin(_u, _u.c.id == _s.c.user_id))
-    .where(_s.c.id == param(_s.c.id))
 )
 TOUCH = Statement(
-    sa.update(sessions)
-    .where(_by_id)
-    .values(last_seen_at=param(sessions.c.last_seen_at), expires_at=param(sessions.c.expires_at))
+    lambda: (
+        sa.update(schema.sessions)
+        .where(_by_id())
+        .values(last_seen_at=param(schema.sessions.c.last_seen_at), expires_at=param(schema.sessions.c.expires_at))
+    )
 )
-PUT_DATA = Statement(sa.update(sessions).where(_by_id).values(data=param(sessions.c.data)))
-DELETE = Statement(sa.delete(sessions).where(_by_id))
+PUT_DATA = Statement(lambda: sa.update(schema.sessions).where(_by_id()).values(data=param(schema.sessions.c.data)))
+DELETE = Statement(lambda: sa.delete(schema.sessions).where(_by_id()))
 DELETE_FOR_USER = Statement(
-    sa.delete(sessions).where(sessions.c.user_id == param(sessions.c.user_id)).returning(sessions.c.id)
+    lambda: (
+        sa.delete(schema.sessions)
+        .where(schema.sessions.c.user_id == param(schema.sessions.c.user_id))
+        .returning(schema.sessions.c.id)
+    )
 )
 SIGNED_IN = Statement(
-    sa.select(sessions.c.id).where(
-        one_of(sessions.c.id, "ids"), sessions.c.user_id.is_not(None), sessions.c.expires_at > sa.bindparam("now")
+    lambda: sa.select(schema.sessions.c.id).where(
+        one_of(schema.sessions.c.id, "ids"),
+        schema.sessions.c.user_id.is_not(None),
+        schema.sessions.c.expires_at > sa.bindparam("now"),
     )
 )
 COUNT_FOR_USER = Statement(
-    sa.select(sa.func.count())
-    .select_from(sessions)
-    .where(sessions.c.user_id == param(sessions.c.user_id), sessions.c.expires_at > sa.bindparam("now"))
+    lambda: (
+        sa.select(sa.func.count())
+        .select_from(schema.sessions)
+        .where(
+            schema.sessions.c.user_id == param(schema.sessions.c.user_id),
+            schema.sessions.c.expires_at > sa.bindparam("now"),
+        )
+    )
 )
 # In bounded batches, so one sweep never holds the writer long.
 DELETE_EXPIRED = Statement(
-    sa.delete(sessions).where(
-        sessions.c.id.in_(
-            sa.select(sessions.c.id).where(sessions.c.expires_at <= sa.bindparam("now")).limit(sa.bindparam("limit"))
+    lambda: sa.delete(schema.sessions).where(
+        schema.sessions.c.id.in_(
+            sa.select(schema.sessions.c.id)
+            .where(schema.sessions.c.expires_at <= sa.bindparam("now"))
+            .limit(sa.bindparam("limit"))
         )
     )
 )
@@ -133,3 +163,6 @@ async def count_for_user(tx: Tx, user_id: str, *, now: float) -> int:
 
 async def delete_expired(tx: Tx, *, now: float, limit: int = 1000) -> int:
     return await tx.execute(DELETE_EXPIRED, now=now, limit=limit)
+
+
+name_statements(__name__, globals())

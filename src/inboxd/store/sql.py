@@ -1,29 +1,44 @@
-"""Statements built with SQLAlchemy Core from `store/schema.py`, compiled once per dialect.
+"""Statements built with SQLAlchemy Core from `store/schema.py`, compiled ahead of time.
 
-Every query of the hot path is a `Statement`: a Core construct (`select()`, `insert()`, …) over
-the tables of `store/schema.py`, compiled on first use for each dialect it runs on (SQLite's
-`?`, PostgreSQL's `$n` for asyncpg) and kept. Running one costs what the raw
-driver costs: the compiled text and the parameters go to `sqlite3` or asyncpg as they are; no
-SQL text is built, rewritten or compiled per call.
+Every query of the hot path is a `Statement`: a builder of a Core construct (`select()`,
+`insert()`, …) over the tables of `store/schema.py`, compiled for each dialect it runs on
+(SQLite's `?`, PostgreSQL's `$n` for asyncpg). Running one costs what the raw driver costs: the
+compiled text and the parameters go to `sqlite3` or asyncpg as they are; no SQL text is built,
+rewritten or compiled per call.
+
+Compiled ahead of time: `python -m inboxd.store.precompile` (`make statements`) builds and
+compiles every named statement of `store/` for both dialects into `store/statements.json`, and
+a statement takes its text from there at its first use, so a server never imports SQLAlchemy
+(~25 MB resident) nor `store/schema.py`. A statement missing from the file (edited without
+regenerating; a `Shapes` key not prepared, such as an unusual combination of filters) is built
+and compiled at its first use, which loads SQLAlchemy once. tests/test_store_statements.py
+fails when the file is not current.
 
 The rules:
 
-- Parameters are passed **by name**, the names of the construct's `bindparam`s:
+- A statement is named after the module variable that holds it (`inboxd.store.messages._GET`):
+  each store module ends with `name_statements(__name__, globals())`. The name is its key in
+  `statements.json`.
+- Its builder is a function of no arguments returning the construct, called only to compile
+  it; `sa` and `schema` (SQLAlchemy and `store/schema.py`, imported at their first use) are what
+  builders use:
 
-      PAGE = Statement(select(m.c.id).where(m.c.mailbox_id == bindparam("mailbox")).limit(bindparam("limit")))
+      PAGE = Statement(lambda: sa.select(schema.messages.c.id).where(...).limit(sa.bindparam("limit")))
       rows = await tx.fetch(PAGE, mailbox=mailbox_id, limit=30)
       await tx.executemany(INSERT, [{"id": ..., "raw": ...}, ...])
 
-  `param(column)` names a parameter after a column; `values_of(table, *names)` is an
-  INSERT's `VALUES` of parameters named after its columns.
+- Parameters are passed **by name**, the names of the construct's `bindparam`s. `param(column)`
+  names a parameter after a column; `values_of(table, *names)` is an INSERT's `VALUES` of
+  parameters named after its columns.
 - Constants written in a construct (`m.c.deleted == 0`, `.limit(30)`) are compiled into the SQL
   text as literals, as a hand-written query would hold them: PostgreSQL's plans see them
   (partial indexes), and they are code, never data. Data is always a named parameter.
 - A dialect difference is a Core construct that compiles per dialect (`one_of`), or
-  `Statement(sqlite=..., postgresql=...)` with one construct per dialect (`upsert` builds
+  `Statement(sqlite=..., postgresql=...)` with one builder per dialect (`upsert` builds
   `ON CONFLICT` so, with each dialect's own `insert`); they live in `store/` only.
 - A statement whose shape varies (optional filters) comes from a `Shapes`: one `Statement` per
-  shape, keyed by what the caller says decides the shape, in a cache of bounded size.
+  shape, keyed by what the caller says decides the shape, in a cache of bounded size. The keys
+  it is `prepared` for are precompiled (named `<shapes' name>[<repr of the key>]`).
 - `Statement(..., replan=True)`: PostgreSQL plans it for its parameters at every call (a
   statement prepared afresh) instead of reusing a generic plan that knows nothing of them;
   for the full-text search, whose cost depends on the words (docs/performance.md).
@@ -34,77 +49,64 @@ name (the column name, or its `.label()`).
 
 from __future__ import annotations
 
+import importlib
 import operator
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Generic, TypeVar
+from functools import cache, lru_cache
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import msgspec
-import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.postgresql.base import PGCompiler, PGDialect
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.dialects.sqlite.base import SQLiteCompiler, SQLiteDialect
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.elements import BindParameter, ClauseElement, ColumnElement
 
-__all__ = ["Compiled", "Shapes", "Statement", "arrays", "one_of", "param", "upsert", "values_of"]
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from sqlalchemy.sql.elements import BindParameter, ClauseElement, ColumnElement
+
+    from inboxd.store import schema
+
+__all__ = [
+    "DIALECTS",
+    "STATEMENTS_FILE",
+    "Compiled",
+    "Shapes",
+    "Statement",
+    "arrays",
+    "name_statements",
+    "one_of",
+    "param",
+    "sa",
+    "schema",
+    "upsert",
+    "values_of",
+]
 
 K = TypeVar("K", bound=Hashable)
 DIALECTS = ("sqlite", "postgresql")
+# The precompiled statements (`python -m inboxd.store.precompile` writes it).
+STATEMENTS_FILE = Path(__file__).with_name("statements.json")
 
 
-class _Constants:
-    """Compiler mixin: a bound value written into a construct (not a named `bindparam`) is
-    rendered as a literal, so the only parameters left are the ones a caller passes."""
+class _LazyModule:
+    """A module imported at the first use of one of its attributes. Not put in `sys.modules`
+    (as `importlib.util.LazyLoader` would) so that an unused module is not even listed there."""
 
-    def visit_bindparam(self, bindparam: BindParameter[Any], *args: Any, **kw: Any) -> str:
-        if not bindparam.required and bindparam.callable is None and not bindparam.expanding:
-            kw["literal_binds"] = True
-        return super().visit_bindparam(bindparam, *args, **kw)  # type: ignore[misc,no-any-return]
+    __slots__ = ("_name",)
 
+    def __init__(self, name: str) -> None:
+        self._name = name
 
-class _SqliteCompiler(_Constants, SQLiteCompiler):
-    pass
-
-
-class _PgCompiler(_Constants, PGCompiler):
-    pass
+    def __getattr__(self, attribute: str) -> Any:
+        module: ModuleType = importlib.import_module(self._name)
+        return getattr(module, attribute)
 
 
-def _dialects() -> dict[str, sa.engine.Dialect]:
-    """The dialects statements compile for: no driver behind them, only the SQL and the
-    parameter style the drivers take (`sqlite3`'s `?`, asyncpg's `$n`). Both are positional:
-    `sqlite3` binds a tuple faster than it looks names up in a mapping."""
-    sqlite = SQLiteDialect(paramstyle="qmark")
-    sqlite.statement_compiler = _SqliteCompiler
-    postgresql = PGDialect(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
-    postgresql.statement_compiler = _PgCompiler
-    return {"sqlite": sqlite, "postgresql": postgresql}
-
-
-_DIALECTS = _dialects()
-
-
-class _IdList(sa.types.TypeDecorator[list[str]]):
-    """A list of text values bound as one parameter (`one_of`): a JSON array on SQLite."""
-
-    impl = sa.Text
-    cache_ok = True
-
-
-def _encode_list(value: Any) -> str:
-    return msgspec.json.encode(list(value)).decode()
-
-
-# Per dialect, what a parameter of such a type is turned into before the driver sees it.
-_CONVERTERS: dict[str, dict[type[sa.types.TypeEngine[Any]], Callable[[Any], Any]]] = {
-    "sqlite": {_IdList: _encode_list},
-    "postgresql": {_IdList: list},
-}
+# What builders make constructs with: SQLAlchemy and the tables, imported when a builder first runs
+# (the type checker sees the modules themselves, imported above).
+if not TYPE_CHECKING:
+    sa = _LazyModule("sqlalchemy")
+    schema = _LazyModule("inboxd.store.schema")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,20 +121,18 @@ class Compiled:
     args: Callable[[Mapping[str, Any]], Any]
 
 
-def _compile(construct: ClauseElement, dialect: str) -> Compiled:
-    compiled = construct.compile(dialect=_DIALECTS[dialect])
-    assert isinstance(compiled, SQLCompiler)
-    binds = {b.key: b for b in compiled.binds.values() if b.required}
-    # SQLite's `?` are one per use of a parameter; PostgreSQL's `$n` one per parameter.
-    used = compiled.positiontup or ()
-    names = tuple(used) if dialect == "sqlite" else tuple(dict.fromkeys(used))
-    converters = {
-        name: convert
-        for name, bind in binds.items()
-        for kind, convert in _CONVERTERS[dialect].items()
-        if isinstance(bind.type, kind)
-    }
-    return Compiled(compiled.string, names, _args_maker(names, converters))
+def _encode_list(value: Any) -> str:
+    return msgspec.json.encode(list(value)).decode()
+
+
+# Per dialect, what a list parameter (`one_of`) is turned into before the driver sees it.
+_LIST_CONVERTERS: dict[str, Callable[[Any], Any]] = {"sqlite": _encode_list, "postgresql": list}
+
+
+def _make_compiled(dialect: str, sql: str, names: Sequence[str], lists: Sequence[str]) -> Compiled:
+    names = tuple(names)
+    converters = {name: _LIST_CONVERTERS[dialect] for name in lists}
+    return Compiled(sql, names, _args_maker(names, converters))
 
 
 def _args_maker(
@@ -155,57 +155,136 @@ def _nothing(params: Mapping[str, Any]) -> tuple[()]:
     return ()
 
 
-class Statement:
-    """A Core construct (or one per dialect), compiled once per dialect on first use."""
+class _Form(msgspec.Struct, frozen=True):
+    """A statement's entry in `statements.json` for one dialect."""
 
-    __slots__ = ("_compiled", "_constructs", "compilations", "replan")
+    sql: str
+    names: tuple[str, ...]
+    lists: tuple[str, ...]
+
+
+@cache
+def precompiled() -> dict[str, msgspec.Raw]:
+    """`statements.json`, read once: each statement's entry left undecoded until it is used
+    (`_forms`), which keeps half the memory a decoded file would."""
+    try:
+        data = STATEMENTS_FILE.read_bytes()
+    except FileNotFoundError:
+        return {}
+    return msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+
+
+def _forms(name: str) -> dict[str, _Form]:
+    """The precompiled forms of the statement `name`, by dialect (none when it is not in the file)."""
+    raw = precompiled().get(name) if name else None
+    return {} if raw is None else msgspec.json.decode(raw, type=dict[str, _Form])
+
+
+Builder = Callable[[], "ClauseElement"]
+
+
+class Statement:
+    """A Core construct's builder (or one per dialect), compiled once per dialect: taken from
+    `statements.json` by name, or compiled with SQLAlchemy at its first use when not there."""
+
+    __slots__ = ("_builders", "_compiled", "compilations", "name", "replan")
 
     def __init__(
         self,
-        construct: ClauseElement | None = None,
+        build: Builder | None = None,
         /,
         *,
-        sqlite: ClauseElement | None = None,
-        postgresql: ClauseElement | None = None,
+        sqlite: Builder | None = None,
+        postgresql: Builder | None = None,
         replan: bool = False,
     ) -> None:
-        if construct is not None:
-            sqlite = sqlite if sqlite is not None else construct
-            postgresql = postgresql if postgresql is not None else construct
-        self._constructs = {name: c for name, c in (("sqlite", sqlite), ("postgresql", postgresql)) if c is not None}
+        if build is not None:
+            sqlite = sqlite if sqlite is not None else build
+            postgresql = postgresql if postgresql is not None else build
+        self._builders = {name: b for name, b in (("sqlite", sqlite), ("postgresql", postgresql)) if b is not None}
         self._compiled: dict[str, Compiled] = {}
         self.replan = replan
-        # How many times it was compiled (once per dialect it ran on; the tests check it).
+        # Its key in `statements.json` (`name_statements`); "" for a statement of no module.
+        self.name = ""
+        # How many times its SQL was made ready, from the file or by SQLAlchemy (once per dialect
+        # it ran on; the tests check it).
         self.compilations = 0
+
+    @property
+    def dialects(self) -> tuple[str, ...]:
+        """The dialects it has a form for."""
+        return tuple(self._builders)
 
     def compiled(self, dialect: str) -> Compiled:
         """The SQL and parameter order for `dialect`: a dict lookup after the first call."""
         found = self._compiled.get(dialect)
         if found is None:
-            construct = self._constructs.get(dialect)
-            if construct is None:
-                raise TypeError(f"this statement has no form for {dialect}")
-            found = self._compiled[dialect] = _compile(construct, dialect)
-            self.compilations += 1
+            found = self._compiled[dialect] = self._compile(dialect)
         return found
 
+    def _compile(self, dialect: str) -> Compiled:
+        if dialect not in self._builders:
+            raise TypeError(f"this statement has no form for {dialect}")
+        self.compilations += 1
+        known = _forms(self.name).get(dialect)
+        if known is not None:
+            return _make_compiled(dialect, known.sql, known.names, known.lists)
+        sql, names, lists = self.compile_now(dialect)
+        return _make_compiled(dialect, sql, names, lists)
+
+    def compile_now(self, dialect: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+        """Build the construct for `dialect` and compile it with SQLAlchemy: (SQL, parameter
+        names in the driver's order, list parameters)."""
+        from inboxd.store.sql_compiler import compile_for
+
+        return compile_for(self._builders[dialect](), dialect)
+
     def __repr__(self) -> str:
-        construct = next(iter(self._constructs.values()))
-        return f"Statement({str(construct)!r})"
+        return f"Statement({self.name or 'unnamed'})"
 
 
 class Shapes(Generic[K]):
     """Statements whose shape a key decides (which filters are present…): one `Statement` per
-    key, built by `build` at the key's first use, the `size` most recently used kept."""
+    key, built by `build` at the key's first use, the `size` most recently used kept. The keys
+    `prepared` returns are precompiled (`statements.json`): their repr must not vary between runs."""
 
-    def __init__(self, build: Callable[[K], Statement], *, size: int = 256) -> None:
-        self._get: Callable[[K], Statement] = lru_cache(maxsize=size)(build)
+    def __init__(
+        self,
+        build: Callable[[K], Statement],
+        *,
+        size: int = 256,
+        prepared: Callable[[], Iterable[K]] = tuple,
+    ) -> None:
+        self._build = build
+        # Called by `python -m inboxd.store.precompile` only.
+        self.prepared = prepared
+        # Set by `name_statements`; a key's statement is named `<name>[<repr of the key>]`.
+        self.name = ""
+        self._get: Callable[[K], Statement] = lru_cache(maxsize=size)(self.statement)
 
     def __call__(self, key: K) -> Statement:
         return self._get(key)
 
+    def statement(self, key: K) -> Statement:
+        """A new statement of `key`, named (the cached one is `self(key)`)."""
+        statement = self._build(key)
+        if self.name:
+            statement.name = f"{self.name}[{key!r}]"
+        return statement
 
-def param(column: sa.ColumnElement[Any], name: str | None = None) -> BindParameter[Any]:
+
+def name_statements(module: str, namespace: Mapping[str, object]) -> None:
+    """Name each `Statement` and `Shapes` of a module's globals after its variable: the last line
+    of every module that defines some (`name_statements(__name__, globals())`)."""
+    for variable, value in namespace.items():
+        if isinstance(value, (Statement, Shapes)) and not value.name:
+            value.name = f"{module}.{variable}"
+
+
+# What builders use to make constructs: each imports SQLAlchemy at its call.
+
+
+def param(column: ColumnElement[Any], name: str | None = None) -> BindParameter[Any]:
     """A parameter named after `column` (or `name`), of its type."""
     return sa.bindparam(name or str(getattr(column, "key", column)), type_=column.type)
 
@@ -217,65 +296,44 @@ def values_of(table: sa.Table, *names: str) -> dict[str, BindParameter[Any]]:
     return {c.key: sa.bindparam(c.key, type_=c.type) for c in columns}
 
 
+def one_of(column: ColumnElement[Any], name: str) -> ColumnElement[bool]:
+    """`column` is one of the list passed as the parameter `name` (any iterable of text)."""
+    from inboxd.store.sql_compiler import one_of as one_of_list
+
+    return one_of_list(column, name)
+
+
 def upsert(
-    table: sa.Table,
+    table: Callable[[], sa.Table],
     *,
     keys: Sequence[str],
     update: Sequence[str] = (),
-    values: Mapping[str, Any] | None = None,
+    values: Callable[[], Mapping[str, Any]] | None = None,
 ) -> Statement:
     """INSERT of `values` (by default `values_of(table)`, a parameter per column) that, when a
     row with the same `keys` exists, sets its `update` columns to the ones given instead (or
-    does nothing when `update` is empty): `ON CONFLICT`, built by each dialect's own `insert`."""
-    forms: dict[str, Any] = {}
-    for dialect, insert in (("sqlite", sqlite_insert), ("postgresql", postgresql_insert)):
-        statement = insert(table).values(values_of(table) if values is None else dict(values))
+    does nothing when `update` is empty): `ON CONFLICT`, built by each dialect's own `insert`.
+    `table` and `values` are builders, called when the statement is compiled."""
+
+    def build(dialect: str) -> Any:
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
+        into = table()
+        statement = insert(into).values(values_of(into) if values is None else dict(values()))
         if update:
-            statement = statement.on_conflict_do_update(
+            return statement.on_conflict_do_update(
                 index_elements=list(keys), set_={c: statement.excluded[c] for c in update}
             )
-        else:
-            statement = statement.on_conflict_do_nothing(index_elements=list(keys))
-        forms[dialect] = statement
-    return Statement(sqlite=forms["sqlite"], postgresql=forms["postgresql"])
+        return statement.on_conflict_do_nothing(index_elements=list(keys))
+
+    return Statement(sqlite=lambda: build("sqlite"), postgresql=lambda: build("postgresql"))
 
 
 def arrays(name: str, **columns: type[sa.types.TypeEngine[Any]]) -> Any:
     """PostgreSQL: `unnest` of one array parameter per column (each named `<name>_<column>`), as
     a table `name` of those columns: a batch of rows passed to one statement."""
+    from sqlalchemy.dialects.postgresql import ARRAY
+
     casts = [sa.cast(sa.bindparam(f"{name}_{c}"), ARRAY(kind)) for c, kind in columns.items()]
     return sa.func.unnest(*casts).table_valued(*columns).render_derived(name=name)
-
-
-class _OneOf(ColumnElement[bool]):
-    """`column` is one of the values of a list bound as one parameter: `= ANY($n)` on
-    PostgreSQL, `IN (SELECT value FROM json_each(:name))` on SQLite. One SQL text serves lists
-    of every length, so a statement compiles once and PostgreSQL prepares it once."""
-
-    __visit_name__ = "inboxd_one_of"
-    inherit_cache = False  # SQLAlchemy's own statement cache is not used: `Statement` keeps the text
-    # Not a Boolean: SQLite's compiler would add `= 1` to a boolean term of a WHERE.
-    type = sa.types.NullType()  # type: ignore[assignment]
-
-    def __init__(self, column: ColumnElement[Any], values: BindParameter[Any]) -> None:
-        self.column = column
-        self.values = values
-
-    def get_children(self, **kw: Any) -> tuple[ClauseElement, ...]:
-        return (self.column, self.values)
-
-
-def one_of(column: ColumnElement[Any], name: str) -> ColumnElement[bool]:
-    """`column` is one of the list passed as the parameter `name` (any iterable of text)."""
-    return _OneOf(column, sa.bindparam(name, type_=_IdList()))
-
-
-@compiles(_OneOf, "postgresql")
-def _one_of_postgresql(element: _OneOf, compiler: Any, **kw: Any) -> str:
-    return f"{compiler.process(element.column, **kw)} = ANY({compiler.process(element.values, **kw)})"
-
-
-@compiles(_OneOf, "sqlite")
-def _one_of_sqlite(element: _OneOf, compiler: Any, **kw: Any) -> str:
-    values = compiler.process(element.values, **kw)
-    return f"{compiler.process(element.column, **kw)} IN (SELECT value FROM json_each({values}))"

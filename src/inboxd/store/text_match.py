@@ -7,9 +7,10 @@ The pattern is data, a bound parameter made by `contains_pattern`; the test is a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.sql.elements import ColumnElement
+if TYPE_CHECKING:
+    from sqlalchemy.sql.elements import ColumnElement
 
 ESCAPE = "\\"
 

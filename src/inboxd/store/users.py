@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
-
-import sqlalchemy as sa
 
 from inboxd.model import ApiToken, User
 from inboxd.store.db import Row, Tx
-from inboxd.store.schema import api_tokens, meta, users
-from inboxd.store.sql import Statement, param, upsert, values_of
+from inboxd.store.sql import Statement, name_statements, param, sa, schema, upsert, values_of
 from inboxd.store.text_match import contains_pattern, like
 
-# What a `User` and an `ApiToken` are read from: every column of the user, the token's but its hash.
-USER = tuple(users.c)
-TOKEN = tuple(c for c in api_tokens.c if c.key != "token_hash")
+
+@cache
+def user_columns() -> tuple[sa.Column[Any], ...]:
+    """What a `User` is read from: every column of the user."""
+    return tuple(schema.users.c)
+
+
+@cache
+def token_columns() -> tuple[sa.Column[Any], ...]:
+    """What an `ApiToken` is read from: the token's columns but its hash."""
+    return tuple(c for c in schema.api_tokens.c if c.key != "token_hash")
 
 
 def user_from(row: Row, prefix: str = "") -> User:
@@ -43,70 +49,120 @@ def token_from(row: Row) -> ApiToken:
 def user_labelled(table: sa.FromClause, prefix: str) -> list[sa.ColumnElement[Any]]:
     """The user's columns of `table` (an alias of `users` in a join), named `prefix` + column,
     for `user_from(row, prefix)`."""
-    return [table.c[c.key].label(prefix + c.key) for c in USER]
+    return [table.c[c.key].label(prefix + c.key) for c in user_columns()]
 
 
-_t = api_tokens.alias("t")
-_u = users.alias("u")
+@cache
+def _t() -> sa.sql.selectable.NamedFromClause[Any]:
+    return schema.api_tokens.alias("t")
 
-INSERT_USER = Statement(sa.insert(users).values(values_of(users)))
-USER_BY_ID = Statement(sa.select(*USER).where(users.c.id == param(users.c.id)))
-USER_BY_EMAIL = Statement(sa.select(*USER).where(users.c.email == param(users.c.email)))
+
+@cache
+def _u() -> sa.sql.selectable.NamedFromClause[Any]:
+    return schema.users.alias("u")
+
+
+INSERT_USER = Statement(lambda: sa.insert(schema.users).values(values_of(schema.users)))
+USER_BY_ID = Statement(lambda: sa.select(*user_columns()).where(schema.users.c.id == param(schema.users.c.id)))
+USER_BY_EMAIL = Statement(lambda: sa.select(*user_columns()).where(schema.users.c.email == param(schema.users.c.email)))
 # The row lock that serializes a user's count-then-insert work on PostgreSQL (`lock_user`).
-LOCK_USER = Statement(sa.select(users.c.id).where(users.c.id == param(users.c.id, "user_id")).with_for_update())
-COUNT_USERS = Statement(sa.select(sa.func.count()).select_from(users))
-SET_PLAN = Statement(sa.update(users).where(users.c.id == param(users.c.id)).values(plan=param(users.c.plan)))
-SET_STATUS = Statement(sa.update(users).where(users.c.id == param(users.c.id)).values(status=param(users.c.status)))
-SET_ROLE = Statement(sa.update(users).where(users.c.id == param(users.c.id)).values(role=param(users.c.role)))
+LOCK_USER = Statement(
+    lambda: (
+        sa.select(schema.users.c.id).where(schema.users.c.id == param(schema.users.c.id, "user_id")).with_for_update()
+    )
+)
+COUNT_USERS = Statement(lambda: sa.select(sa.func.count()).select_from(schema.users))
+SET_PLAN = Statement(
+    lambda: (
+        sa.update(schema.users)
+        .where(schema.users.c.id == param(schema.users.c.id))
+        .values(plan=param(schema.users.c.plan))
+    )
+)
+SET_STATUS = Statement(
+    lambda: (
+        sa.update(schema.users)
+        .where(schema.users.c.id == param(schema.users.c.id))
+        .values(status=param(schema.users.c.status))
+    )
+)
+SET_ROLE = Statement(
+    lambda: (
+        sa.update(schema.users)
+        .where(schema.users.c.id == param(schema.users.c.id))
+        .values(role=param(schema.users.c.role))
+    )
+)
 INSERT_TOKEN = Statement(
-    sa.insert(api_tokens).values(values_of(api_tokens, "id", "user_id", "name", "token_hash", "created_at", "prefix"))
+    lambda: sa.insert(schema.api_tokens).values(
+        values_of(schema.api_tokens, "id", "user_id", "name", "token_hash", "created_at", "prefix")
+    )
 )
 TOKEN_WITH_USER = Statement(
-    sa.select(*(_t.c[c.key] for c in TOKEN), *user_labelled(_u, "u_"))
-    .select_from(_t.join(_u, _u.c.id == _t.c.user_id))
-    .where(_t.c.token_hash == param(_t.c.token_hash))
+    lambda: (
+        sa.select(*(_t().c[c.key] for c in token_columns()), *user_labelled(_u(), "u_"))
+        .select_from(_t().join(_u(), _u().c.id == _t().c.user_id))
+        .where(_t().c.token_hash == param(_t().c.token_hash))
+    )
 )
 TOKENS_OF_USER = Statement(
-    sa.select(*TOKEN)
-    .where(api_tokens.c.user_id == param(api_tokens.c.user_id))
-    .order_by(api_tokens.c.created_at.desc(), api_tokens.c.id.desc())
+    lambda: (
+        sa.select(*token_columns())
+        .where(schema.api_tokens.c.user_id == param(schema.api_tokens.c.user_id))
+        .order_by(schema.api_tokens.c.created_at.desc(), schema.api_tokens.c.id.desc())
+    )
 )
 COUNT_ACTIVE_TOKENS = Statement(
-    sa.select(sa.func.count())
-    .select_from(api_tokens)
-    .where(api_tokens.c.user_id == param(api_tokens.c.user_id), api_tokens.c.revoked_at.is_(None))
+    lambda: (
+        sa.select(sa.func.count())
+        .select_from(schema.api_tokens)
+        .where(
+            schema.api_tokens.c.user_id == param(schema.api_tokens.c.user_id), schema.api_tokens.c.revoked_at.is_(None)
+        )
+    )
 )
 TOKEN_OF_USER = Statement(
-    sa.select(*TOKEN).where(
-        api_tokens.c.id == param(api_tokens.c.id), api_tokens.c.user_id == param(api_tokens.c.user_id)
+    lambda: sa.select(*token_columns()).where(
+        schema.api_tokens.c.id == param(schema.api_tokens.c.id),
+        schema.api_tokens.c.user_id == param(schema.api_tokens.c.user_id),
     )
 )
 TOKEN_REVOKED_AT = Statement(
-    sa.select(api_tokens.c.revoked_at).where(
-        api_tokens.c.id == param(api_tokens.c.id), api_tokens.c.user_id == param(api_tokens.c.user_id)
+    lambda: sa.select(schema.api_tokens.c.revoked_at).where(
+        schema.api_tokens.c.id == param(schema.api_tokens.c.id),
+        schema.api_tokens.c.user_id == param(schema.api_tokens.c.user_id),
     )
 )
 REVOKE_TOKEN = Statement(
-    sa.update(api_tokens)
-    .where(api_tokens.c.id == param(api_tokens.c.id))
-    .values(revoked_at=param(api_tokens.c.revoked_at))
+    lambda: (
+        sa.update(schema.api_tokens)
+        .where(schema.api_tokens.c.id == param(schema.api_tokens.c.id))
+        .values(revoked_at=param(schema.api_tokens.c.revoked_at))
+    )
 )
 # Never moves `last_used_at` backwards.
 TOUCH_TOKEN = Statement(
-    sa.update(api_tokens)
-    .where(
-        api_tokens.c.id == param(api_tokens.c.id),
-        sa.or_(api_tokens.c.last_used_at.is_(None), api_tokens.c.last_used_at < param(api_tokens.c.last_used_at)),
+    lambda: (
+        sa.update(schema.api_tokens)
+        .where(
+            schema.api_tokens.c.id == param(schema.api_tokens.c.id),
+            sa.or_(
+                schema.api_tokens.c.last_used_at.is_(None),
+                schema.api_tokens.c.last_used_at < param(schema.api_tokens.c.last_used_at),
+            ),
+        )
+        .values(last_used_at=param(schema.api_tokens.c.last_used_at))
     )
-    .values(last_used_at=param(api_tokens.c.last_used_at))
 )
-META = Statement(sa.select(meta.c.value).where(meta.c.key == param(meta.c.key)))
-PUT_META_IF_ABSENT = upsert(meta, keys=["key"])
+META = Statement(lambda: sa.select(schema.meta.c.value).where(schema.meta.c.key == param(schema.meta.c.key)))
+PUT_META_IF_ABSENT = upsert(lambda: schema.meta, keys=["key"])
 SEARCH_USERS = Statement(
-    sa.select(*USER)
-    .where(like(users.c.email, sa.bindparam("pattern")), users.c.email > sa.bindparam("after"))
-    .order_by(users.c.email)
-    .limit(sa.bindparam("limit"))
+    lambda: (
+        sa.select(*user_columns())
+        .where(like(schema.users.c.email, sa.bindparam("pattern")), schema.users.c.email > sa.bindparam("after"))
+        .order_by(schema.users.c.email)
+        .limit(sa.bindparam("limit"))
+    )
 )
 
 
@@ -220,3 +276,6 @@ async def get_token(tx: Tx, user_id: str, token_id: str) -> ApiToken | None:
     """The user's token `token_id`, revoked or not; None when the user has no such token."""
     row = await tx.fetchrow(TOKEN_OF_USER, id=token_id, user_id=user_id)
     return None if row is None else token_from(row)
+
+
+name_statements(__name__, globals())

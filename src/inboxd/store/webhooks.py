@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
-
-import sqlalchemy as sa
 
 from inboxd.model import Delivery, Webhook
 from inboxd.store import users as user_store
 from inboxd.store.db import Row, Tx
-from inboxd.store.schema import users, webhook_deliveries, webhook_jobs, webhooks
-from inboxd.store.sql import Statement, one_of, param, values_of
+from inboxd.store.sql import Statement, name_statements, one_of, param, sa, schema, values_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +40,7 @@ async def active_ids_for_users(tx: Tx, user_ids: Sequence[str], event_type: str)
 def active_hooks(users_param: str) -> sa.Select[Any]:
     """The webhooks that fire for the users of the list parameter `users_param`: id, user_id,
     events. Also a part of PostgreSQL's one-statement ingest (`messages.insert_charged`)."""
-    w, u = webhooks.alias("w"), users.alias("u")
+    w, u = schema.webhooks.alias("w"), schema.users.alias("u")
     return (
         sa.select(w.c.id, w.c.user_id, w.c.events)
         .select_from(w.join(u, u.c.id == w.c.user_id))
@@ -50,7 +48,7 @@ def active_hooks(users_param: str) -> sa.Select[Any]:
     )
 
 
-ACTIVE_OF_USERS = Statement(active_hooks("users"))
+ACTIVE_OF_USERS = Statement(lambda: active_hooks("users"))
 
 
 def subscribed(rows: Sequence[Row], event_type: str) -> dict[str, list[str]]:
@@ -64,9 +62,11 @@ def subscribed(rows: Sequence[Row], event_type: str) -> dict[str, list[str]]:
 
 
 INSERT_JOB = Statement(
-    sa.insert(webhook_jobs).values(
+    lambda: sa.insert(schema.webhook_jobs).values(
         {
-            **values_of(webhook_jobs, "id", "webhook_id", "event_id", "event_type", "payload", "event_at", "due_at"),
+            **values_of(
+                schema.webhook_jobs, "id", "webhook_id", "event_id", "event_type", "payload", "event_at", "due_at"
+            ),
             "attempt": 0,
             "claimed_until": 0,
         }
@@ -94,27 +94,55 @@ async def insert_jobs(tx: Tx, jobs: Sequence[NewJob]) -> None:
 
 # --- webhooks -------------------------------------------------------------------------------
 
-_w = webhooks.c
-_d = webhook_deliveries.c
-_j = webhook_jobs.c
-_by_id = _w.id == param(_w.id)
-_of_user = _w.user_id == param(_w.user_id)
 
-COUNT_OF_USER = Statement(sa.select(sa.func.count()).select_from(webhooks).where(_of_user))
-INSERT = Statement(sa.insert(webhooks).values(values_of(webhooks)))
-OF_USER = Statement(sa.select(webhooks).where(_of_user).order_by(_w.created_at.desc(), _w.id.desc()))
-ONE_OF_USER = Statement(sa.select(webhooks).where(_by_id, _of_user))
-DELETE_OF_USER = Statement(sa.delete(webhooks).where(_by_id, _of_user))
-DELETE_JOBS_OF = Statement(sa.delete(webhook_jobs).where(_j.webhook_id == param(_j.webhook_id)))
-DELETE_DELIVERIES_OF = Statement(sa.delete(webhook_deliveries).where(_d.webhook_id == param(_d.webhook_id)))
-SECRETS = Statement(sa.select(_w.id, _w.secret))
-SET_SECRET = Statement(sa.update(webhooks).where(_by_id).values(secret=param(_w.secret)))
-ROTATE = Statement(sa.update(webhooks).where(_by_id, _of_user).values(secret=param(_w.secret), failure_count=0))
+@cache
+def _w() -> sa.sql.base.ReadOnlyColumnCollection[str, sa.Column[Any]]:
+    return schema.webhooks.c
+
+
+@cache
+def _d() -> sa.sql.base.ReadOnlyColumnCollection[str, sa.Column[Any]]:
+    return schema.webhook_deliveries.c
+
+
+@cache
+def _j() -> sa.sql.base.ReadOnlyColumnCollection[str, sa.Column[Any]]:
+    return schema.webhook_jobs.c
+
+
+@cache
+def _by_id() -> sa.ColumnElement[bool]:
+    return _w().id == param(_w().id)
+
+
+@cache
+def _of_user() -> sa.ColumnElement[bool]:
+    return _w().user_id == param(_w().user_id)
+
+
+COUNT_OF_USER = Statement(lambda: sa.select(sa.func.count()).select_from(schema.webhooks).where(_of_user()))
+INSERT = Statement(lambda: sa.insert(schema.webhooks).values(values_of(schema.webhooks)))
+OF_USER = Statement(
+    lambda: sa.select(schema.webhooks).where(_of_user()).order_by(_w().created_at.desc(), _w().id.desc())
+)
+ONE_OF_USER = Statement(lambda: sa.select(schema.webhooks).where(_by_id(), _of_user()))
+DELETE_OF_USER = Statement(lambda: sa.delete(schema.webhooks).where(_by_id(), _of_user()))
+DELETE_JOBS_OF = Statement(lambda: sa.delete(schema.webhook_jobs).where(_j().webhook_id == param(_j().webhook_id)))
+DELETE_DELIVERIES_OF = Statement(
+    lambda: sa.delete(schema.webhook_deliveries).where(_d().webhook_id == param(_d().webhook_id))
+)
+SECRETS = Statement(lambda: sa.select(_w().id, _w().secret))
+SET_SECRET = Statement(lambda: sa.update(schema.webhooks).where(_by_id()).values(secret=param(_w().secret)))
+ROTATE = Statement(
+    lambda: sa.update(schema.webhooks).where(_by_id(), _of_user()).values(secret=param(_w().secret), failure_count=0)
+)
 RECENT_DELIVERIES = Statement(
-    sa.select(webhook_deliveries)
-    .where(_d.webhook_id == param(_d.webhook_id))
-    .order_by(_d.created_at.desc(), _d.attempt.desc(), _d.id.desc())
-    .limit(sa.bindparam("limit"))
+    lambda: (
+        sa.select(schema.webhook_deliveries)
+        .where(_d().webhook_id == param(_d().webhook_id))
+        .order_by(_d().created_at.desc(), _d().attempt.desc(), _d().id.desc())
+        .limit(sa.bindparam("limit"))
+    )
 )
 
 
@@ -232,35 +260,57 @@ class Claim:
     next_due: float | None
 
 
-_jj, _jw, _ju = webhook_jobs.alias("j"), webhooks.alias("w"), users.alias("u")
+@cache
+def _jj() -> sa.sql.selectable.NamedFromClause[Any]:
+    return schema.webhook_jobs.alias("j")
+
+
+@cache
+def _jw() -> sa.sql.selectable.NamedFromClause[Any]:
+    return schema.webhooks.alias("w")
+
+
+@cache
+def _ju() -> sa.sql.selectable.NamedFromClause[Any]:
+    return schema.users.alias("u")
+
+
 # Due jobs with what their attempt needs; PostgreSQL's workers skip each other's (SKIP LOCKED),
 # SQLite's compiler writes no lock (its one writer runs claims one after another).
 DUE = Statement(
-    sa.select(
-        _jj.c.id,
-        _jj.c.webhook_id,
-        _jj.c.event_id,
-        _jj.c.event_type,
-        _jj.c.payload,
-        _jj.c.attempt,
-        _jj.c.event_at,
-        _jw.c.url,
-        _jw.c.secret,
-        _jw.c.status,
-        _ju.c.status.label("user_status"),
+    lambda: (
+        sa.select(
+            _jj().c.id,
+            _jj().c.webhook_id,
+            _jj().c.event_id,
+            _jj().c.event_type,
+            _jj().c.payload,
+            _jj().c.attempt,
+            _jj().c.event_at,
+            _jw().c.url,
+            _jw().c.secret,
+            _jw().c.status,
+            _ju().c.status.label("user_status"),
+        )
+        .select_from(
+            _jj().outerjoin(_jw(), _jw().c.id == _jj().c.webhook_id).outerjoin(_ju(), _ju().c.id == _jw().c.user_id)
+        )
+        .where(_jj().c.due_at <= sa.bindparam("now"), _jj().c.claimed_until <= sa.bindparam("now"))
+        .order_by(_jj().c.due_at)
+        .limit(sa.bindparam("limit"))
+        .with_for_update(of=_jj(), skip_locked=True)
     )
-    .select_from(_jj.outerjoin(_jw, _jw.c.id == _jj.c.webhook_id).outerjoin(_ju, _ju.c.id == _jw.c.user_id))
-    .where(_jj.c.due_at <= sa.bindparam("now"), _jj.c.claimed_until <= sa.bindparam("now"))
-    .order_by(_jj.c.due_at)
-    .limit(sa.bindparam("limit"))
-    .with_for_update(of=_jj, skip_locked=True)
 )
-DELETE_JOB = Statement(sa.delete(webhook_jobs).where(_j.id == param(_j.id)))
+DELETE_JOB = Statement(lambda: sa.delete(schema.webhook_jobs).where(_j().id == param(_j().id)))
 SET_CLAIM = Statement(
-    sa.update(webhook_jobs).where(_j.id == param(_j.id)).values(claimed_until=param(_j.claimed_until))
+    lambda: (
+        sa.update(schema.webhook_jobs).where(_j().id == param(_j().id)).values(claimed_until=param(_j().claimed_until))
+    )
 )
-NEXT_DUE = Statement(sa.select(_j.due_at).where(_j.claimed_until <= sa.bindparam("now")).order_by(_j.due_at).limit(1))
-RELEASE = Statement(sa.update(webhook_jobs).where(_j.id == param(_j.id)).values(claimed_until=0))
+NEXT_DUE = Statement(
+    lambda: sa.select(_j().due_at).where(_j().claimed_until <= sa.bindparam("now")).order_by(_j().due_at).limit(1)
+)
+RELEASE = Statement(lambda: sa.update(schema.webhook_jobs).where(_j().id == param(_j().id)).values(claimed_until=0))
 
 
 async def claim_due(tx: Tx, *, now: float, limit: int, lease: float) -> Claim:
@@ -321,29 +371,39 @@ class Attempt:
 
 
 SUCCEEDED = Statement(
-    sa.update(webhooks).where(_by_id).values(failure_count=0, last_triggered_at=param(_w.last_triggered_at))
+    lambda: (
+        sa.update(schema.webhooks)
+        .where(_by_id())
+        .values(failure_count=0, last_triggered_at=param(_w().last_triggered_at))
+    )
 )
-FAILED = Statement(sa.update(webhooks).where(_by_id).values(failure_count=_w.failure_count + 1))
-INSERT_DELIVERY = Statement(sa.insert(webhook_deliveries).values(values_of(webhook_deliveries)))
-FAILURES = Statement(sa.select(_w.failure_count, _w.status).where(_by_id))
-DISABLE = Statement(sa.update(webhooks).where(_by_id).values(status="disabled"))
+FAILED = Statement(lambda: sa.update(schema.webhooks).where(_by_id()).values(failure_count=_w().failure_count + 1))
+INSERT_DELIVERY = Statement(lambda: sa.insert(schema.webhook_deliveries).values(values_of(schema.webhook_deliveries)))
+FAILURES = Statement(lambda: sa.select(_w().failure_count, _w().status).where(_by_id()))
+DISABLE = Statement(lambda: sa.update(schema.webhooks).where(_by_id()).values(status="disabled"))
 RETRY = Statement(
-    sa.update(webhook_jobs)
-    .where(_j.id == param(_j.id))
-    .values(attempt=param(_j.attempt), due_at=param(_j.due_at), claimed_until=0)
+    lambda: (
+        sa.update(schema.webhook_jobs)
+        .where(_j().id == param(_j().id))
+        .values(attempt=param(_j().attempt), due_at=param(_j().due_at), claimed_until=0)
+    )
 )
 # The `created_at` of the newest delivery past the `keep` newest: that one and older go.
 PRUNE_CUTOFF = Statement(
-    sa.select(_d.created_at)
-    .where(_d.webhook_id == param(_d.webhook_id))
-    .order_by(_d.created_at.desc())
-    .limit(1)
-    .offset(sa.bindparam("keep"))
+    lambda: (
+        sa.select(_d().created_at)
+        .where(_d().webhook_id == param(_d().webhook_id))
+        .order_by(_d().created_at.desc())
+        .limit(1)
+        .offset(sa.bindparam("keep"))
+    )
 )
 PRUNE = Statement(
-    sa.delete(webhook_deliveries).where(_d.webhook_id == param(_d.webhook_id), _d.created_at <= sa.bindparam("cutoff"))
+    lambda: sa.delete(schema.webhook_deliveries).where(
+        _d().webhook_id == param(_d().webhook_id), _d().created_at <= sa.bindparam("cutoff")
+    )
 )
-QUEUE_DEPTH = Statement(sa.select(sa.func.count()).select_from(webhook_jobs))
+QUEUE_DEPTH = Statement(lambda: sa.select(sa.func.count()).select_from(schema.webhook_jobs))
 
 
 async def record_attempt(tx: Tx, attempt: Attempt, *, disable_after: int, keep: int) -> str:
@@ -398,3 +458,6 @@ async def _prune_deliveries(tx: Tx, webhook_id: str, *, keep: int) -> None:
 async def queue_depth(tx: Tx) -> int:
     """Webhook jobs waiting, due now or scheduled for a retry (the metrics' queue depth)."""
     return int(await tx.fetchval(QUEUE_DEPTH))
+
+
+name_statements(__name__, globals())
