@@ -129,15 +129,7 @@ class SignInService:
                 created_at=now,
             )
             await user_store.insert_user(tx, user=user)
-        identity = Identity(
-            provider=vouched.provider,
-            subject=vouched.subject,
-            user_id=user.id,
-            email=email,
-            created_at=now,
-            last_sign_in_at=now,
-        )
-        await store.insert(tx, identity)
+        await store.insert(tx, _new_identity(vouched, user_id=user.id, email=email, now=now))
         return user
 
     async def identities(self, user: User) -> list[Identity]:
@@ -160,14 +152,7 @@ class SignInService:
                 raise _taken(self._label(vouched.provider))
             await store.touch(tx, vouched.provider, vouched.subject, email=email or known.email, now=now)
             return known
-        identity = Identity(
-            provider=vouched.provider,
-            subject=vouched.subject,
-            user_id=user.id,
-            email=email,
-            created_at=now,
-            last_sign_in_at=now,
-        )
+        identity = _new_identity(vouched, user_id=user.id, email=email, now=now)
         await store.insert(tx, identity)
         return identity
 
@@ -248,3 +233,15 @@ _LINK_PROBLEMS = {
 
 def _link_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _new_identity(vouched: VouchedIdentity, *, user_id: str, email: str, now: float) -> Identity:
+    """The identity row a first sign-in or a link makes for the provider account `vouched`."""
+    return Identity(
+        provider=vouched.provider,
+        subject=vouched.subject,
+        user_id=user_id,
+        email=email,
+        created_at=now,
+        last_sign_in_at=now,
+    )

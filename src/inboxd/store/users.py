@@ -72,27 +72,22 @@ LOCK_USER = Statement(
     )
 )
 COUNT_USERS = Statement(lambda: sa.select(sa.func.count()).select_from(schema.users))
-SET_PLAN = Statement(
-    lambda: (
-        sa.update(schema.users)
-        .where(schema.users.c.id == param(schema.users.c.id))
-        .values(plan=param(schema.users.c.plan))
+
+
+def _set_user(column: str) -> Statement:
+    """An UPDATE of one column of one user's row (the plan, the status, the role)."""
+    return Statement(
+        lambda: (
+            sa.update(schema.users)
+            .where(schema.users.c.id == param(schema.users.c.id))
+            .values({column: param(schema.users.c[column])})
+        )
     )
-)
-SET_STATUS = Statement(
-    lambda: (
-        sa.update(schema.users)
-        .where(schema.users.c.id == param(schema.users.c.id))
-        .values(status=param(schema.users.c.status))
-    )
-)
-SET_ROLE = Statement(
-    lambda: (
-        sa.update(schema.users)
-        .where(schema.users.c.id == param(schema.users.c.id))
-        .values(role=param(schema.users.c.role))
-    )
-)
+
+
+SET_PLAN = _set_user("plan")
+SET_STATUS = _set_user("status")
+SET_ROLE = _set_user("role")
 INSERT_TOKEN = Statement(
     lambda: sa.insert(schema.api_tokens).values(
         values_of(schema.api_tokens, "id", "user_id", "name", "token_hash", "created_at", "prefix")
