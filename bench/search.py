@@ -34,7 +34,7 @@ from inboxd.config import Settings
 from inboxd.mail.parse import parse_summary
 from inboxd.model import MessageSummary
 from inboxd.services.rawcodec import compress
-from inboxd.store import messages as message_store
+from inboxd.store import message_ingest as message_store
 from inboxd.store.connect import open_database
 from inboxd.store.schema import messages
 from inboxd.store.sql import Statement

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from psycopg import sql
 
-from inboxd.store import messages as message_store
+from inboxd.store import message_sweeps as message_store
 from inboxd.store import migrate
 from inboxd.store.schema import message_sources, messages
 from inboxd.store.sql import Statement

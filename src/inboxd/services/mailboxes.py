@@ -37,7 +37,7 @@ from inboxd.services.credentials import (
 )
 from inboxd.store import custom_domains as domain_store
 from inboxd.store import mailboxes as store
-from inboxd.store import messages as message_store
+from inboxd.store import message_sweeps as message_store
 from inboxd.store import users as user_store
 from inboxd.store.db import Database, Tx
 

@@ -29,6 +29,7 @@ from inboxd.model import (
 from inboxd.services import tags
 from inboxd.services.mailboxes import InMailbox
 from inboxd.services.rawcodec import decompress
+from inboxd.store import message_marks, message_sweeps
 from inboxd.store import messages as store
 from inboxd.store.db import Database, Tx
 
@@ -350,31 +351,33 @@ class MessageService:
     async def mark_read(self, mailbox: Mailbox, message_id: str) -> None:
         await self._live(mailbox, message_id)
         await self._db.write(
-            partial(store.mark_read, mailbox_id=mailbox.id, message_ids=[message_id], now=self._clock())
+            partial(message_marks.mark_read, mailbox_id=mailbox.id, message_ids=[message_id], now=self._clock())
         )
 
     async def mark_unread(self, mailbox: Mailbox, message_id: str) -> None:
         await self._live(mailbox, message_id)
         await self._db.write(
-            partial(store.mark_unread, mailbox_id=mailbox.id, message_id=message_id, now=self._clock())
+            partial(message_marks.mark_unread, mailbox_id=mailbox.id, message_id=message_id, now=self._clock())
         )
 
     async def unread_counts(self, mailboxes: Sequence[Mailbox]) -> dict[str, int]:
         ids = [m.id for m in mailboxes]
-        return await self._db.read(partial(store.unread_counts, mailbox_ids=ids, now=self._clock()))
+        return await self._db.read(partial(message_marks.unread_counts, mailbox_ids=ids, now=self._clock()))
 
     async def mark_many_read(self, mailbox: Mailbox, *, ids: Sequence[str] | None, all_: bool) -> int:
         now = self._clock()
         if all_:
-            return await self._db.write(partial(store.mark_all_read, mailbox_id=mailbox.id, now=now))
+            return await self._db.write(partial(message_marks.mark_all_read, mailbox_id=mailbox.id, now=now))
         if ids is None or not 1 <= len(ids) <= MAX_MARK_IDS:
             raise InvalidRequest('`ids` must hold 1 to 200 message ids, or send {"all": true}.')
         unique = list(dict.fromkeys(message_id.strip().lower() for message_id in ids))
-        return await self._db.write(partial(store.mark_read, mailbox_id=mailbox.id, message_ids=unique, now=now))
+        return await self._db.write(
+            partial(message_marks.mark_read, mailbox_id=mailbox.id, message_ids=unique, now=now)
+        )
 
     async def delete(self, mailbox: Mailbox, message_id: str) -> None:
         async def remove(tx: Tx) -> bool:
-            return await store.soft_delete(tx, mailbox.id, message_id)
+            return await message_sweeps.soft_delete(tx, mailbox.id, message_id)
 
         if not await self._db.write(remove):
             raise NotFound("No such message.")
@@ -385,7 +388,9 @@ class MessageService:
         """Replace a live message's tags (services/tags.py says which are valid); returns them."""
         kept = tags.checked(wanted)
         await self._live(mailbox, message_id)
-        changed = await self._db.write(partial(store.set_tags, mailbox_id=mailbox.id, message_id=message_id, tags=kept))
+        changed = await self._db.write(
+            partial(message_marks.set_tags, mailbox_id=mailbox.id, message_id=message_id, tags=kept)
+        )
         if changed is None:
             raise NotFound("No such message.")
         return changed.tags

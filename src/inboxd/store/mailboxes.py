@@ -8,11 +8,10 @@ from functools import cache
 from typing import Any
 
 from inboxd.model import FaultSet, Mailbox
-from inboxd.store import messages as message_store
-from inboxd.store import search
+from inboxd.store import message_sweeps, search
 from inboxd.store.db import Row, Tx
 from inboxd.store.faults import fault_set
-from inboxd.store.messages import release_sources
+from inboxd.store.message_sweeps import release_sources
 from inboxd.store.sql import Statement, name_statements, one_of, sa, schema, values_of
 
 # The columns of a `Mailbox`, read by name (`mailbox_from`).
@@ -209,7 +208,7 @@ def _recipient() -> Any:
     and the bytes of its messages past expiry, in one query."""
     m, u = schema.mailboxes.alias("m"), schema.users.alias("u")
     d, f, x = schema.custom_domains.alias("d"), schema.mailbox_faults.alias("f"), schema.messages.alias("x")
-    due = sa.select(sa.func.coalesce(sa.func.sum(x.c.size), 0)).where(x.c.mailbox_id == m.c.id, message_store.due(x))
+    due = sa.select(sa.func.coalesce(sa.func.sum(x.c.size), 0)).where(x.c.mailbox_id == m.c.id, message_sweeps.due(x))
     return (
         sa.select(
             *mailbox_columns(m),

@@ -9,8 +9,8 @@ import msgspec
 
 from inboxd.model import NO_FILTER, Mailbox, MessageFilter, Sandbox, SandboxMessage
 from inboxd.store import mailboxes as mailbox_store
+from inboxd.store import message_sweeps, search
 from inboxd.store import messages as message_store
-from inboxd.store import search
 from inboxd.store.db import Row, Tx
 from inboxd.store.messages import PAGE_SIZE, summary_from
 from inboxd.store.sql import Statement, name_statements, param, sa, schema, values_of
@@ -127,7 +127,7 @@ async def delete_all(tx: Tx, mailbox_id: str) -> int:
     ids = [{"id": r["id"]} for r in rows]
     freed = sum(int(r["size"]) for r in rows if not r["expired"])
     await tx.executemany(SET_DELETED, ids)
-    await message_store.release_sources(tx, [r["source_id"] for r in rows])
+    await message_sweeps.release_sources(tx, [r["source_id"] for r in rows])
     await tx.executemany(DELETE_DETAIL, ids)
     await tx.executemany(DELETE_CHECKS, ids)
     await search.forget(tx, [r["id"] for r in rows])

@@ -39,7 +39,7 @@ async def active_ids_for_users(tx: Tx, user_ids: Sequence[str], event_type: str)
 
 def active_hooks(users_param: str) -> sa.Select[Any]:
     """The webhooks that fire for the users of the list parameter `users_param`: id, user_id,
-    events. Also a part of PostgreSQL's one-statement ingest (`messages.insert_charged`)."""
+    events. Also a part of PostgreSQL's one-statement ingest (`message_ingest.insert_charged`)."""
     w, u = schema.webhooks.alias("w"), schema.users.alias("u")
     return (
         sa.select(w.c.id, w.c.user_id, w.c.events)

@@ -12,7 +12,7 @@ from functools import partial
 
 from inboxd.config import Settings
 from inboxd.services.registry import Services
-from inboxd.store import messages as message_store
+from inboxd.store import message_sweeps as message_store
 from inboxd.store.db import Database
 from inboxd.tasks import cancel_and_wait
 

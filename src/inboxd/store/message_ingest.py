@@ -1,0 +1,236 @@
+"""The ingest's writes of messages: the stored copies and their sources, the quota charge, and
+the tag rows (also what `message_marks.set_tags` and `message_sweeps` write)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from inboxd.model import MessageSummary
+from inboxd.store import webhooks as webhook_store
+from inboxd.store.db import Tx
+from inboxd.store.messages import SUMMARY
+from inboxd.store.sql import Statement, arrays, name_statements, sa, schema, values_of
+
+
+def tag_rows(items: Sequence[MessageSummary]) -> list[dict[str, Any]]:
+    """The `message_tags` rows of new copies."""
+    return [
+        {"message_id": m.id, "tag": tag, "mailbox_id": m.mailbox_id, "created_at": m.created_at}
+        for m in items
+        for tag in m.tags
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A copy to store. Copies with the same `source_id` share one row of raw bytes."""
+
+    summary: MessageSummary
+    raw_compressed: bytes
+    source_id: str
+    # The envelope recipients as a JSON list, kept for mail the SMTP sandbox captured.
+    envelope: str | None = None
+    # Reception data, kept with the source (one per delivery): the SMTP client's address and HELO.
+    client_ip: str | None = None
+    helo: str | None = None
+
+
+_INSERT_SOURCES = Statement(
+    lambda: sa.insert(schema.message_sources).values(
+        values_of(schema.message_sources, "id", "raw", "refs", "client_ip", "helo")
+    )
+)
+_INSERT_COPIES = Statement(
+    lambda: sa.insert(schema.messages).values(values_of(schema.messages, *SUMMARY, "source_id", "envelope"))
+)
+INSERT_TAG = Statement(lambda: sa.insert(schema.message_tags).values(values_of(schema.message_tags)))
+DELETE_TAGS = Statement(
+    lambda: sa.delete(schema.message_tags).where(schema.message_tags.c.message_id == sa.bindparam("id"))
+)
+
+
+async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
+    """Insert stored copies (their sizes are charged by `charge`), each source once."""
+    refs: dict[str, int] = {}
+    firsts: dict[str, NewMessage] = {}
+    for m in items:
+        refs[m.source_id] = refs.get(m.source_id, 0) + 1
+        firsts.setdefault(m.source_id, m)
+    await tx.executemany(
+        _INSERT_SOURCES,
+        [
+            {
+                "id": source_id,
+                "raw": firsts[source_id].raw_compressed,
+                "refs": count,
+                "client_ip": firsts[source_id].client_ip,
+                "helo": firsts[source_id].helo,
+            }
+            for source_id, count in refs.items()
+        ],
+    )
+    await tx.executemany(
+        _INSERT_COPIES,
+        [
+            {
+                "id": m.summary.id,
+                "mailbox_id": m.summary.mailbox_id,
+                "sender": m.summary.sender,
+                "from_header": m.summary.from_,
+                "subject": m.summary.subject,
+                "preview_text": m.summary.preview_text,
+                "size": m.summary.size,
+                "is_read": 0,
+                "created_at": m.summary.created_at,
+                "expires_at": m.summary.expires_at,
+                "tags": " ".join(m.summary.tags),
+                "source_id": m.source_id,
+                "envelope": m.envelope,
+            }
+            for m in items
+        ],
+    )
+    tagged = tag_rows([m.summary for m in items])
+    if tagged:
+        await tx.executemany(INSERT_TAG, tagged)
+
+
+def _insert_charged() -> sa.Select[Any]:
+    """PostgreSQL's ingest in one statement (one round trip instead of four): charge each
+    mailbox, insert the sources, the copies and their tags, and read the webhooks that fire.
+    Data-modifying CTEs all run whether or not the final SELECT reads them; it returns one row at
+    least, each with the count of mailboxes charged."""
+    b: Any = schema.mailboxes.alias("b")
+    size = arrays("size", id=sa.Text, size=sa.BigInteger)
+    charged = (
+        sa.update(b)
+        .values(used=b.c.used + size.c.size)
+        .where(b.c.id == size.c.id, b.c.used + size.c.size <= b.c.quota)
+        .returning(b.c.id)
+        .cte("charged")
+    )
+    src = arrays("src", id=sa.Text, raw=sa.LargeBinary, refs=sa.Integer, client_ip=sa.Text, helo=sa.Text)
+    sources = (
+        sa.insert(schema.message_sources)
+        .from_select(["id", "raw", "refs", "client_ip", "helo"], sa.select(*src.c))
+        .cte("sources")
+    )
+    copy_types = {
+        **{c: sa.Text for c in ("id", "mailbox_id", "sender", "from_header", "subject", "preview_text")},
+        "size": sa.BigInteger,
+        "created_at": sa.Double,
+        "expires_at": sa.Double,
+        "tags": sa.Text,
+        "source_id": sa.Text,
+        "envelope": sa.Text,
+    }
+    copy = arrays("copy", **copy_types)
+    copies = (
+        sa.insert(schema.messages)
+        .from_select(
+            [*SUMMARY, "source_id", "envelope"],
+            sa.select(
+                *[sa.literal_column("0") if c == "is_read" else copy.c[c] for c in SUMMARY],
+                copy.c.source_id,
+                copy.c.envelope,
+            ),
+        )
+        .cte("copies")
+    )
+    tag = arrays("tag", message_id=sa.Text, tag=sa.Text, mailbox_id=sa.Text, created_at=sa.Double)
+    tagged = (
+        sa.insert(schema.message_tags)
+        .from_select(["message_id", "tag", "mailbox_id", "created_at"], sa.select(*tag.c))
+        .cte("tagged")
+    )
+    hooks = webhook_store.active_hooks("hook_users").cte("hooks")
+    one = sa.select(sa.literal_column("1").label("one")).subquery("one")
+    return (
+        sa.select(
+            sa.select(sa.func.count()).select_from(charged).scalar_subquery().label("charged"),
+            hooks.c.id,
+            hooks.c.user_id,
+            hooks.c.events,
+        )
+        .select_from(one.outerjoin(hooks, sa.true()))
+        .add_cte(sources, copies, tagged)
+    )
+
+
+_INSERT_CHARGED = Statement(postgresql=_insert_charged)
+
+
+async def insert_charged(
+    tx: Tx, items: Sequence[NewMessage], *, hook_users: Sequence[str], event_type: str
+) -> dict[str, list[str]] | None:
+    """The ingest's writes: `charge` each copy's mailbox, `insert_many` the copies, and the
+    webhooks of `hook_users` subscribed to `event_type` (by user, `webhooks.subscribed`); None
+    (the caller rolls back) when a mailbox is full. On PostgreSQL in one statement, one round
+    trip; on SQLite, where a statement costs no round trip, one by one."""
+    if tx.dialect != "postgresql":
+        for item in items:
+            if not await charge(tx, item.summary.mailbox_id, item.summary.size):
+                return None
+        await insert_many(tx, items)
+        return await webhook_store.active_ids_for_users(tx, hook_users, event_type)
+    sizes: dict[str, int] = {}
+    refs: dict[str, int] = {}
+    firsts: dict[str, NewMessage] = {}
+    for m in items:
+        sizes[m.summary.mailbox_id] = sizes.get(m.summary.mailbox_id, 0) + m.summary.size
+        refs[m.source_id] = refs.get(m.source_id, 0) + 1
+        firsts.setdefault(m.source_id, m)
+    copies = [m.summary for m in items]
+    tagged = tag_rows(copies)
+    rows = await tx.fetch(
+        _INSERT_CHARGED,
+        size_id=list(sizes),
+        size_size=list(sizes.values()),
+        src_id=list(refs),
+        src_raw=[firsts[s].raw_compressed for s in refs],
+        src_refs=list(refs.values()),
+        src_client_ip=[firsts[s].client_ip for s in refs],
+        src_helo=[firsts[s].helo for s in refs],
+        copy_id=[c.id for c in copies],
+        copy_mailbox_id=[c.mailbox_id for c in copies],
+        copy_sender=[c.sender for c in copies],
+        copy_from_header=[c.from_ for c in copies],
+        copy_subject=[c.subject for c in copies],
+        copy_preview_text=[c.preview_text for c in copies],
+        copy_size=[c.size for c in copies],
+        copy_created_at=[c.created_at for c in copies],
+        copy_expires_at=[c.expires_at for c in copies],
+        copy_tags=[" ".join(c.tags) for c in copies],
+        copy_source_id=[m.source_id for m in items],
+        copy_envelope=[m.envelope for m in items],
+        tag_message_id=[t["message_id"] for t in tagged],
+        tag_tag=[t["tag"] for t in tagged],
+        tag_mailbox_id=[t["mailbox_id"] for t in tagged],
+        tag_created_at=[t["created_at"] for t in tagged],
+        hook_users=list(hook_users),
+    )
+    if rows[0]["charged"] != len(sizes):
+        return None
+    return webhook_store.subscribed(rows, event_type)
+
+
+_CHARGE = Statement(
+    lambda: (
+        sa.update(schema.mailboxes)
+        .where(
+            schema.mailboxes.c.id == sa.bindparam("mailbox"),
+            schema.mailboxes.c.used + sa.bindparam("size") <= schema.mailboxes.c.quota,
+        )
+        .values(used=schema.mailboxes.c.used + sa.bindparam("size"))
+    )
+)
+
+
+async def charge(tx: Tx, mailbox_id: str, size: int) -> bool:
+    """Add `size` to the mailbox's `used` if it stays within its quota; False when it would not."""
+    return await tx.execute(_CHARGE, mailbox=mailbox_id, size=size) == 1
+
+
+name_statements(__name__, globals())
