@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from inboxd.services.filters import fold, index_words, words
-from inboxd.store.search import MAX_TERM_CHARS
+from inboxd.store.search_index import MAX_TERM_CHARS
 
 
 def _general(parts: tuple[str, ...]) -> list[str]:

@@ -20,7 +20,7 @@ from inboxd.app import Inboxd
 from inboxd.mail.parse import MessageWalk
 from inboxd.services.rawcodec import compress
 from inboxd.store import messages as message_store
-from inboxd.store import search
+from inboxd.store import search, search_index
 from inboxd.worker.indexer import build_doc
 from tests.conftest import PG_URL, Harness, simple_message
 
@@ -414,8 +414,10 @@ def test_the_walk_ingest_hands_over_indexes_as_the_stored_source_does() -> None:
     compressed source read back and parsed again) give the same document."""
     for msg in [*corpus(), message("Big", "many words\n" * 200_000)]:
         raw = msg.as_bytes(policy=SMTP)
-        source = search.Source("m1", compress(raw), "subject", "from", "sender", "box@example.test", '["x@y.test"]')
-        pending = search.Pending("m1", "b1", len(raw), 1_700_000_000.0)
+        source = search_index.Source(
+            "m1", compress(raw), "subject", "from", "sender", "box@example.test", '["x@y.test"]'
+        )
+        pending = search_index.Pending("m1", "b1", len(raw), 1_700_000_000.0)
         walk = MessageWalk(bytearray(raw))
         walk.summary()
         assert build_doc(source, pending, walk) == build_doc(source, pending)

@@ -17,7 +17,7 @@ from datetime import datetime
 from inboxd.errors import InvalidRequest
 from inboxd.model import MessageFilter, Term
 from inboxd.services import tags
-from inboxd.store.search import MAX_TERM_CHARS
+from inboxd.store.search_index import MAX_TERM_CHARS
 
 MAX_QUERY_CHARS = 1000
 MAX_QUERY_TERMS = 32

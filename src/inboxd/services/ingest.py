@@ -28,7 +28,7 @@ from inboxd.services.recipients import RecipientCache
 from inboxd.store import custom_domains as domain_store
 from inboxd.store import mailboxes as mailbox_store
 from inboxd.store import message_ingest as message_store
-from inboxd.store import search
+from inboxd.store import search_index as search
 from inboxd.store import webhooks as webhook_store
 from inboxd.store.db import Database, Tx
 

@@ -8,7 +8,7 @@ from functools import cache
 from typing import Any
 
 from inboxd.model import FaultSet, Mailbox
-from inboxd.store import message_sweeps, search
+from inboxd.store import message_sweeps, search_index
 from inboxd.store.db import Row, Tx
 from inboxd.store.faults import fault_set
 from inboxd.store.message_sweeps import release_sources
@@ -173,7 +173,7 @@ async def delete(tx: Tx, mailbox_id: str) -> None:
     await release_sources(tx, [r["source_id"] for r in held])
     await tx.execute(_DELETE_DETAILS, mailbox=mailbox_id)
     await tx.execute(_DELETE_CHECKS, mailbox=mailbox_id)
-    await search.forget_mailbox(tx, mailbox_id)
+    await search_index.forget_mailbox(tx, mailbox_id)
     await tx.execute(_DELETE_TAGS, mailbox=mailbox_id)
     await tx.execute(_DELETE_MESSAGES, mailbox=mailbox_id)
     await tx.execute(_DELETE, mailbox=mailbox_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from inboxd.store import search
+from inboxd.store import search_index
 from inboxd.store.db import Tx
 from inboxd.store.message_ingest import DELETE_TAGS
 from inboxd.store.sql import Statement, name_statements, one_of, sa, schema
@@ -73,7 +73,7 @@ async def soft_delete(tx: Tx, mailbox_id: str, message_id: str) -> bool:
     await tx.execute(_DELETE_DETAIL, id=message_id)
     await tx.execute(_DELETE_CHECKS, id=message_id)
     await tx.execute(DELETE_TAGS, id=message_id)
-    await search.forget(tx, [message_id])
+    await search_index.forget(tx, [message_id])
     return True
 
 
@@ -159,7 +159,7 @@ async def purge(tx: Tx, *, expired_before: float, limit: int) -> int:
         ids.extend({"id": r["id"]} for r in expired)
     if ids:
         await tx.executemany(DELETE_TAGS, ids)
-        await search.forget(tx, [i["id"] for i in ids])
+        await search_index.forget(tx, [i["id"] for i in ids])
         await tx.executemany(_DELETE_MESSAGE, ids)
     return len(ids)
 

@@ -9,7 +9,7 @@ import msgspec
 
 from inboxd.model import NO_FILTER, Mailbox, MessageFilter, Sandbox, SandboxMessage
 from inboxd.store import mailboxes as mailbox_store
-from inboxd.store import message_sweeps, search
+from inboxd.store import message_sweeps, search_index
 from inboxd.store import messages as message_store
 from inboxd.store.db import Row, Tx
 from inboxd.store.messages import PAGE_SIZE, summary_from
@@ -130,7 +130,7 @@ async def delete_all(tx: Tx, mailbox_id: str) -> int:
     await message_sweeps.release_sources(tx, [r["source_id"] for r in rows])
     await tx.executemany(DELETE_DETAIL, ids)
     await tx.executemany(DELETE_CHECKS, ids)
-    await search.forget(tx, [r["id"] for r in rows])
+    await search_index.forget(tx, [r["id"] for r in rows])
     if freed:
         await tx.execute(FREE, freed=freed, id=mailbox_id)
     return sum(1 for r in rows if not r["expired"])

@@ -1,10 +1,6 @@
-"""The message filters as SQL, and the search index the background indexer fills.
-
-`message_search` holds, per indexed message, what the summary columns lack: the recipients
-(lowercased) and whether it has attachments. The words themselves live in a tsvector column
-with a GIN index on PostgreSQL, and in the FTS5 table `_fts_table()` (rowid = `doc_id`) on
-SQLite. Words are cut in Python (`services/filters.py`) and stored as they are, so neither
-database's own parser decides what a word is.
+"""The message filters as SQL: a filter's `Shape` and parameters, and the FROM, WHERE and ORDER
+BY of a shape. The index they read (`message_search`, the FTS5 table or the tsvector) is what
+`store/search_index.py` writes.
 
 Filters that read each row (`from`, `to`, `subject`, `unread`, `has_attachments`: substrings,
 folded in Python for non-ASCII on SQLite, no index answers them) read at most the newest
@@ -15,11 +11,8 @@ exist raises `FilterTooBroad` (`check_bound`) rather than answer as if nothing m
 A filtered list is a `Shape` (which filters are present, how the full text is read) and its
 parameters: `query` finds both, `page_parts` makes the Core FROM, WHERE and ORDER BY of a shape,
 and `store/messages.py` keeps one compiled statement per shape. Where the two databases differ:
-`_contains` (case folding), `_words_match` (FTS5's MATCH, the tsvector's `@@`) and the
-`_fts_table()` statements, which exist on SQLite only.
-
-A message is indexed once (`messages.indexed` goes 0 → 1 in the same transaction that writes
-its row); deleting or purging a message takes its row out of the index.
+`_contains` (case folding) and `_words_match` (FTS5's MATCH, the tsvector's `@@`); the FTS5
+table, `fts_table()`, exists on SQLite only.
 """
 
 from __future__ import annotations
@@ -27,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import msgspec
 
@@ -36,32 +29,8 @@ from inboxd.errors import FilterTooBroad
 from inboxd.model import MessageFilter, Term
 from inboxd.store import text_match
 from inboxd.store.db import Tx
-from inboxd.store.sql import Shapes, Statement, arrays, name_statements, one_of, sa, schema, upsert, values_of
+from inboxd.store.sql import Shapes, Statement, name_statements, sa, schema
 
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    """A message waiting for the index."""
-
-    id: str
-    mailbox_id: str
-    size: int
-    created_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class Doc:
-    message_id: str
-    mailbox_id: str
-    created_at: float
-    recipients: str
-    has_attachments: bool
-    words: str  # services/filters.py `index_words`: words separated by spaces
-
-
-# The longest word the index answers for: longer runs are base64, hashes and the like, nobody
-# searches for them (no query names them, services/filters.py), and PostgreSQL caps a lexeme at 2 KiB.
-MAX_TERM_CHARS = 64
 # Up to this many full-text matches in a mailbox, PostgreSQL sorts them; beyond, it walks the list.
 FEW_MATCHES = 2000
 
@@ -97,7 +66,7 @@ def _tagged() -> sa.sql.selectable.NamedFromClause[Any]:
 
 
 @cache
-def _fts_table() -> sa.TableClause:
+def fts_table() -> sa.TableClause:
     """SQLite's FTS5 table (made by migration 0006; SQLAlchemy has no virtual tables): `rowid` is
     the `doc_id`, the column named after the table is the one MATCH takes."""
     return sa.table("message_fts", sa.column("rowid", sa.Integer), sa.column("message_fts"), sa.column("terms"))
@@ -105,7 +74,7 @@ def _fts_table() -> sa.TableClause:
 
 @cache
 def _fts() -> sa.sql.selectable.NamedFromClause[Any]:
-    return _fts_table().alias("f")
+    return fts_table().alias("f")
 
 
 # How a substring filter folds case: PostgreSQL's ILIKE; SQLite's LIKE, which folds ASCII
@@ -440,256 +409,6 @@ def page_parts(shape: Shape) -> tuple[Any, list[sa.ColumnElement[bool]], list[sa
             newest_first,
         )
     return with_search(listed()), where, newest_first
-
-
-_PENDING_ALL = Statement(
-    lambda: (
-        sa.select(
-            schema.messages.c.id, schema.messages.c.mailbox_id, schema.messages.c.size, schema.messages.c.created_at
-        )
-        .where(schema.messages.c.indexed == 0, schema.messages.c.deleted == 0)
-        .order_by(schema.messages.c.created_at)
-        .limit(sa.bindparam("limit"))
-    )
-)
-_PENDING_SETTLED = Statement(
-    lambda: (
-        sa.select(
-            schema.messages.c.id, schema.messages.c.mailbox_id, schema.messages.c.size, schema.messages.c.created_at
-        )
-        .where(
-            schema.messages.c.indexed == 0,
-            schema.messages.c.deleted == 0,
-            sa.or_(schema.messages.c.created_at < sa.bindparam("settled_before"), one_of(schema.messages.c.id, "own")),
-        )
-        .order_by(schema.messages.c.created_at)
-        .limit(sa.bindparam("limit"))
-    )
-)
-
-
-async def pending(tx: Tx, *, limit: int, own: Sequence[str] = (), settled_before: float | None = None) -> list[Pending]:
-    """Messages waiting to be indexed, oldest first: those of `own`, and any stored before
-    `settled_before` (every one when it is None)."""
-    if settled_before is None:
-        rows = await tx.fetch(_PENDING_ALL, limit=limit)
-    else:
-        rows = await tx.fetch(_PENDING_SETTLED, settled_before=settled_before, own=own, limit=limit)
-    return [Pending(r[0], r[1], r[2], r[3]) for r in rows]
-
-
-class Source(NamedTuple):
-    """What the indexer reads of a message."""
-
-    message_id: str
-    compressed: bytes | bytearray
-    subject: str
-    from_header: str
-    sender: str
-    address: str
-    envelope: str | None
-
-
-_SOURCES = Statement(
-    lambda: (
-        sa.select(
-            listed().c.id,
-            listed().c.source_id,
-            listed().c.subject,
-            listed().c.from_header,
-            listed().c.sender,
-            schema.mailboxes.c.address,
-            listed().c.envelope,
-        )
-        .select_from(listed().join(schema.mailboxes, schema.mailboxes.c.id == listed().c.mailbox_id))
-        .where(listed().c.deleted == 0, one_of(listed().c.id, "ids"))
-    )
-)
-
-
-async def sources(tx: Tx, message_ids: Sequence[str]) -> list[Source]:
-    """The `Source` of each message still there.
-
-    The sources are read one by one with `Tx.fetch_blob`: they may be megabytes each.
-    """
-    if not message_ids:
-        return []
-    rows = await tx.fetch(_SOURCES, ids=message_ids)
-    out: list[Source] = []
-    for row in rows:
-        raw = await tx.fetch_blob("message_sources", "raw", "id", row[1])
-        if raw is not None:
-            out.append(Source(row[0], raw, row[2], row[3], row[4], row[5], row[6]))
-    return out
-
-
-_SET_INDEXED = Statement(
-    lambda: sa.update(schema.messages).where(schema.messages.c.id == sa.bindparam("id")).values(indexed=1)
-)
-
-
-async def mark_unindexable(tx: Tx, message_ids: Sequence[str]) -> None:
-    """Messages whose source is gone (deleted meanwhile): nothing to index."""
-    await tx.executemany(_SET_INDEXED, [{"id": i} for i in message_ids])
-
-
-def _save_postgres() -> Any:
-    """PostgreSQL's `save` of a batch in one statement: the flag update claims the messages, and
-    only the claimed get a row. Words are letters and digits separated by spaces; the tsvector
-    keeps each once, and none longer than a query can name."""
-    claimed = (
-        sa.update(schema.messages)
-        .where(one_of(schema.messages.c.id, "ids"), schema.messages.c.indexed == 0, schema.messages.c.deleted == 0)
-        .values(indexed=1)
-        .returning(schema.messages.c.id)
-        .cte("claimed")
-    )
-    d = arrays(
-        "d", message_id=sa.Text, mailbox_id=sa.Text, recipients=sa.Text, has_attachments=sa.SmallInteger, terms=sa.Text
-    )
-    word = sa.func.unnest(sa.func.string_to_array(d.c.terms, " ")).table_valued("w").render_derived(name="words")
-    words = (
-        sa.select(sa.func.array_agg(word.c.w))
-        .where(word.c.w != "", sa.func.length(word.c.w) <= MAX_TERM_CHARS)
-        .scalar_subquery()
-    )
-    rows = sa.select(
-        d.c.message_id, d.c.mailbox_id, d.c.recipients, d.c.has_attachments, sa.func.array_to_tsvector(words)
-    ).select_from(d.join(claimed, claimed.c.id == d.c.message_id))
-    return (
-        sa.insert(schema.message_search)
-        .from_select(["message_id", "mailbox_id", "recipients", "has_attachments", "terms"], rows)
-        .returning(schema.message_search.c.mailbox_id)
-    )
-
-
-_SAVE_POSTGRES = Statement(postgresql=_save_postgres)
-_CLAIM = Statement(
-    lambda: (
-        sa.update(schema.messages)
-        .where(
-            schema.messages.c.id == sa.bindparam("id"), schema.messages.c.indexed == 0, schema.messages.c.deleted == 0
-        )
-        .values(indexed=1)
-    )
-)
-_DOC_ID_TAKEN = Statement(
-    lambda: sa.select(sa.literal_column("1")).where(schema.message_search.c.doc_id == sa.bindparam("doc_id"))
-)
-_INSERT_SEARCH = Statement(
-    lambda: sa.insert(schema.message_search).values(
-        values_of(schema.message_search, "doc_id", "message_id", "mailbox_id", "recipients", "has_attachments")
-    )
-)
-_INSERT_FTS = Statement(
-    sqlite=lambda: sa.insert(_fts_table()).values(rowid=sa.bindparam("doc_id"), terms=sa.bindparam("terms"))
-)
-
-
-def _indexed_text(doc: Doc) -> str:
-    """The words the index keeps for a message: its mailbox's own word first."""
-    return f"{mailbox_term(doc.mailbox_id)} {doc.words}"
-
-
-async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
-    """Write the rows of messages still live and not yet indexed; returns their mailbox ids."""
-    if tx.dialect == "postgresql":
-        if not docs:
-            return []
-        ids = [d.message_id for d in docs]
-        rows = await tx.fetch(
-            _SAVE_POSTGRES,
-            ids=ids,
-            d_message_id=ids,
-            d_mailbox_id=[d.mailbox_id for d in docs],
-            d_recipients=[d.recipients for d in docs],
-            d_has_attachments=[1 if d.has_attachments else 0 for d in docs],
-            d_terms=[_indexed_text(d) for d in docs],
-        )
-        return [r[0] for r in rows]
-    done: list[str] = []
-    for doc in docs:
-        # The flag update is the claim: another process's indexer, or a delete that got here
-        # first, leaves nothing to write.
-        if not await tx.execute(_CLAIM, id=doc.message_id):
-            continue
-        doc_id = doc_id_base(doc.created_at)
-        while await tx.fetchval(_DOC_ID_TAKEN, doc_id=doc_id):
-            doc_id += 1  # copies stored in the same microsecond
-        await tx.execute(
-            _INSERT_SEARCH,
-            doc_id=doc_id,
-            message_id=doc.message_id,
-            mailbox_id=doc.mailbox_id,
-            recipients=doc.recipients,
-            has_attachments=1 if doc.has_attachments else 0,
-        )
-        await tx.execute(_INSERT_FTS, doc_id=doc_id, terms=_indexed_text(doc))
-        done.append(doc.mailbox_id)
-    return done
-
-
-def _doc_ids(where: sa.ColumnElement[bool]) -> Any:
-    return sa.select(schema.message_search.c.doc_id).where(where)
-
-
-# The FTS5 rows go first (SQLite only: PostgreSQL's words are in `message_search` itself).
-_FORGET_FTS = Statement(
-    sqlite=lambda: sa.delete(_fts_table()).where(
-        _fts_table().c.rowid == _doc_ids(schema.message_search.c.message_id == sa.bindparam("id")).scalar_subquery()
-    )
-)
-_FORGET = Statement(
-    lambda: sa.delete(schema.message_search).where(schema.message_search.c.message_id == sa.bindparam("id"))
-)
-_FORGET_MAILBOX_FTS = Statement(
-    sqlite=lambda: sa.delete(_fts_table()).where(
-        _fts_table().c.rowid.in_(_doc_ids(schema.message_search.c.mailbox_id == sa.bindparam("mailbox")))
-    )
-)
-_FORGET_MAILBOX = Statement(
-    lambda: sa.delete(schema.message_search).where(schema.message_search.c.mailbox_id == sa.bindparam("mailbox"))
-)
-
-
-async def forget(tx: Tx, message_ids: Sequence[str]) -> None:
-    """Take deleted or purged messages out of the index."""
-    if not message_ids:
-        return
-    rows = [{"id": i} for i in message_ids]
-    if tx.dialect != "postgresql":
-        await tx.executemany(_FORGET_FTS, rows)
-    await tx.executemany(_FORGET, rows)
-
-
-async def forget_mailbox(tx: Tx, mailbox_id: str) -> None:
-    if tx.dialect != "postgresql":
-        await tx.execute(_FORGET_MAILBOX_FTS, mailbox=mailbox_id)
-    await tx.execute(_FORGET_MAILBOX, mailbox=mailbox_id)
-
-
-# What the index rows hold and how they are keyed; a change of it rebuilds the index at start.
-FORMAT = "2"  # 2: FTS5 rowid from created_at, a mailbox word in every document
-
-_BUILT_BY = Statement(lambda: sa.select(schema.meta.c.value).where(schema.meta.c.key == "search_format"))
-_EMPTY_FTS = Statement(sqlite=lambda: sa.delete(_fts_table()))
-_EMPTY = Statement(lambda: sa.delete(schema.message_search))
-_UNINDEX_ALL = Statement(lambda: sa.update(schema.messages).where(schema.messages.c.indexed == 1).values(indexed=0))
-_SET_META = upsert(lambda: schema.meta, keys=["key"], update=["value"])
-
-
-async def rebuild_if_stale(tx: Tx) -> bool:
-    """Empty the index and flag every message for indexing when it was built by another format;
-    True when it did. A new database (no format recorded yet) only gets the mark: False."""
-    built_by = await tx.fetchval(_BUILT_BY)
-    if built_by == FORMAT:
-        return False
-    if tx.dialect != "postgresql":
-        await tx.execute(_EMPTY_FTS)
-    await tx.execute(_EMPTY)
-    await tx.execute(_UNINDEX_ALL)
-    await tx.execute(_SET_META, key="search_format", value=FORMAT)
-    return built_by is not None
 
 
 name_statements(__name__, globals())

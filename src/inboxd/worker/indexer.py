@@ -32,7 +32,7 @@ from inboxd.mail.parse import MessageWalk, body_prefixes
 from inboxd.services.filters import index_words
 from inboxd.services.ingest import Stored, storable
 from inboxd.services.rawcodec import decompress
-from inboxd.store import search
+from inboxd.store import search_index
 from inboxd.store.db import Database
 from inboxd.tasks import cancel_and_wait
 
@@ -63,7 +63,9 @@ CHUNK_BYTES = 16 * 1024 * 1024
 _decode_envelope = msgspec.json.Decoder(list[str]).decode
 
 
-def build_doc(row: search.Source, pending: search.Pending, walk: MessageWalk | None = None) -> search.Doc:
+def build_doc(
+    row: search_index.Source, pending: search_index.Pending, walk: MessageWalk | None = None
+) -> search_index.Doc:
     """One message's index row from its stored source, or from the MIME walk ingest took its summary
     from (the walk goes on where the summary stopped: nothing is decompressed or parsed again);
     pure CPU, run in a thread."""
@@ -73,7 +75,7 @@ def build_doc(row: search.Source, pending: search.Pending, walk: MessageWalk | N
     captured = _decode_envelope(envelope) if envelope else []
     recipients = storable(" ".join([address, *bodies.recipients, *captured])).lower()
     body = bodies.text_body if bodies.text_body.strip() else html_to_text(bodies.html_body[:HTML_CHARS])
-    return search.Doc(
+    return search_index.Doc(
         message_id=message_id,
         mailbox_id=pending.mailbox_id,
         created_at=pending.created_at,
@@ -148,7 +150,7 @@ class SearchIndexer:
 
     async def _run(self) -> None:
         try:
-            if await self._db.write(search.rebuild_if_stale):
+            if await self._db.write(search_index.rebuild_if_stale):
                 log.info("search index format changed: indexing every message again")
         except Exception:
             log.exception("checking the search index format failed; indexing goes on")
@@ -176,7 +178,7 @@ class SearchIndexer:
         own = list(itertools.islice(self._own, self._batch))
         kept = {message_id: self._take(message_id) for message_id in own}
         settled = None if everything else self._clock() - SETTLE
-        waiting = await self._db.read(partial(search.pending, limit=self._batch, own=own, settled_before=settled))
+        waiting = await self._db.read(partial(search_index.pending, limit=self._batch, own=own, settled_before=settled))
         if len(waiting) == self._batch:  # older mail filled the batch: these come next
             taken = {p.id for p in waiting}
             self.took([s for i, s in kept.items() if i not in taken and s is not None])
@@ -189,20 +191,20 @@ class SearchIndexer:
         docs = await asyncio.to_thread(_build_all, handed, pending_of) if handed else []
         self.handed += len(handed)
         for chunk in _chunks([p for p in waiting if kept.get(p.id) is None]):
-            rows = await self._db.read_large(partial(search.sources, message_ids=chunk))
+            rows = await self._db.read_large(partial(search_index.sources, message_ids=chunk))
             self.read_back += len(rows)
             docs += await asyncio.to_thread(_build_all, [Stored(row, None) for row in rows], pending_of)
         # Deleted meanwhile, or unparseable: nothing to index, and not worth another try.
         skipped = set(pending_of) - {d.message_id for d in docs}
         if skipped:
-            await self._db.write(partial(search.mark_unindexable, message_ids=sorted(skipped)))
-        mailboxes = await self._db.write(partial(search.save, docs=docs))
+            await self._db.write(partial(search_index.mark_unindexable, message_ids=sorted(skipped)))
+        mailboxes = await self._db.write(partial(search_index.save, docs=docs))
         if mailboxes:
             await self._bus.indexed(sorted(set(mailboxes)))
         return len(waiting)
 
 
-def _chunks(waiting: Sequence[search.Pending]) -> list[list[str]]:
+def _chunks(waiting: Sequence[search_index.Pending]) -> list[list[str]]:
     chunks: list[list[str]] = []
     size = 0
     for item in waiting:
@@ -219,7 +221,7 @@ def _held(item: Stored) -> int:
     return len(item.source.compressed) + (item.walk.size + WALK_OVERHEAD if item.walk is not None else 0)
 
 
-def _build_all(items: Sequence[Stored], pending_of: dict[str, search.Pending]) -> list[search.Doc]:
+def _build_all(items: Sequence[Stored], pending_of: dict[str, search_index.Pending]) -> list[search_index.Doc]:
     docs = []
     for source, walk in items:
         try:
