@@ -31,7 +31,7 @@ import sqlalchemy as sa
 
 from bench.ws_latency import _LISTENING
 from inboxd.config import Settings
-from inboxd.mail.parse import parse_summary
+from inboxd.mail.message_walk import parse_summary
 from inboxd.model import MessageSummary
 from inboxd.services.rawcodec import compress
 from inboxd.store import message_ingest as message_store

@@ -14,15 +14,8 @@ from typing import Any
 import pytest
 
 from inboxd.mail.html_text import html_to_text
-from inboxd.mail.parse import (
-    MessageWalk,
-    ParsedAttachment,
-    ParsedMessage,
-    Summary,
-    body_prefixes,
-    parse_message,
-    parse_summary,
-)
+from inboxd.mail.message_walk import MessageWalk, Summary, body_prefixes, parse_summary
+from inboxd.mail.parse import ParsedAttachment, ParsedMessage, parse_message
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 2
 PDF = b"%PDF-1.4\n" + bytes(range(255, -1, -1)) + b"\n%%EOF\n"
@@ -650,7 +643,7 @@ def _best_of(function: Any, raw: bytes, *, rounds: int = 40, batches: int = 5) -
 
 @pytest.mark.alone
 def test_walker_is_faster_than_the_stdlib_parser() -> None:
-    """The reason the hand-written walker exists (see mail/parse.py): it must stay well ahead of
+    """The reason the hand-written walker exists (see mail/mime_tree.py): it must stay well ahead of
     `BytesParser`, measured side by side on the same message; figures in docs/performance.md."""
     message = EmailMessage()
     message["From"] = "Jörg Müller <joerg@example.com>"
@@ -742,7 +735,7 @@ def test_walk_handed_on_after_the_summary_decodes_past_the_summary_limit() -> No
 def test_the_plain_charset_fast_path_reads_what_compat32_reads(value: str) -> None:
     from email.message import Message
 
-    from inboxd.mail.parse import _charset
+    from inboxd.mail.mime_tree import _charset
 
     headers = Message(policy=policy.compat32)
     headers["Content-Type"] = value

@@ -6,7 +6,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inboxd.mail.parse import ParsedMessage, parse_message, parse_summary
+from inboxd.mail.message_walk import parse_summary
+from inboxd.mail.parse import ParsedMessage, parse_message
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from inboxd.app import Inboxd
-from inboxd.mail.parse import MessageWalk
+from inboxd.mail.message_walk import MessageWalk
 from inboxd.services.rawcodec import compress
 from inboxd.store import messages as message_store
 from inboxd.store import search, search_index

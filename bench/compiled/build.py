@@ -16,9 +16,10 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parent.parent / "src"
 
 # The modules of the two steps: the SMTP protocol (session, transaction, DATA's buffer, the
-# replies) and the summary parse (parse, and the decoding and HTML-to-text helpers it calls).
+# replies) and the summary parse (the walk, the MIME tree under it, and the decoding and
+# HTML-to-text helpers it calls).
 SMTP_MODULES = ("smtp/session.py", "smtp/transaction.py", "smtp/data.py", "smtp/replies.py")
-PARSE_MODULES = ("mail/parse.py", "mail/decoding.py", "mail/html_text.py")
+PARSE_MODULES = ("mail/message_walk.py", "mail/mime_tree.py", "mail/decoding.py", "mail/html_text.py")
 
 # mypyc compiles no statement but declarations in a class body; `Transaction` declares what the
 # session holds under `if TYPE_CHECKING:` (for mypy alone). In the copy those declarations are

@@ -42,7 +42,7 @@ from bench.message import build_message
 from inboxd.config import Settings
 from inboxd.logs import configure
 from inboxd.mail.html_text import collapse, is_blank, preview
-from inboxd.mail.parse import Summary
+from inboxd.mail.message_walk import Summary
 from inboxd.model import FaultSet, Mailbox
 from inboxd.services.ingest import Recipient
 
@@ -253,22 +253,22 @@ def summary_inputs() -> tuple[bytearray, list[bytearray]]:
 
 
 def measure_summary(messages: int, warmup: int) -> dict[str, object]:
-    from inboxd.mail import parse
+    from inboxd.mail import message_walk
 
     bench, corpus = summary_inputs()
     for _ in range(warmup):
-        parse.parse_summary(bench)
+        message_walk.parse_summary(bench)
     started = time.process_time()
     for _ in range(messages):
-        parse.parse_summary(bench)
+        message_walk.parse_summary(bench)
     bench_seconds = time.process_time() - started
     rounds = max(1, messages // (10 * len(corpus)))
     for raw in corpus:
-        parse.parse_summary(raw)
+        message_walk.parse_summary(raw)
     started = time.process_time()
     for _ in range(rounds):
         for raw in corpus:
-            parse.parse_summary(raw)
+            message_walk.parse_summary(raw)
     corpus_seconds = time.process_time() - started
     return {
         "step": "summary",
@@ -276,7 +276,7 @@ def measure_summary(messages: int, warmup: int) -> dict[str, object]:
         "us_per_msg": bench_seconds / messages * 1e6,
         "corpus_messages": len(corpus),
         "corpus_us_per_msg": corpus_seconds / (rounds * len(corpus)) * 1e6,
-        "module": str(parse.__file__),
+        "module": str(message_walk.__file__),
     }
 
 
@@ -299,7 +299,7 @@ def native_summary(parser: Any, raw: bytes | bytearray) -> Summary:
 
 
 def measure_native_summary(messages: int, warmup: int) -> dict[str, object]:
-    from inboxd.mail.parse import parse_summary
+    from inboxd.mail.message_walk import parse_summary
 
     # Imported by name: an optional package that mypy and the default install know nothing of.
     parser = importlib.import_module("fast_mail_parser")

@@ -20,7 +20,7 @@ from inboxd.errors import MessageRejected
 from inboxd.events import EventBus
 from inboxd.ids import random_hex, random_uuid
 from inboxd.mail.decoding import without_surrogates
-from inboxd.mail.parse import MessageWalk, Summary
+from inboxd.mail.message_walk import MessageWalk, Summary
 from inboxd.model import FaultSet, Mailbox, MessageSummary, NewMailEvent, iso
 from inboxd.services import tags
 from inboxd.services.rawcodec import compress

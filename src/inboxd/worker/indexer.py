@@ -28,7 +28,7 @@ import msgspec
 
 from inboxd.events import EventBus
 from inboxd.mail.html_text import html_to_text
-from inboxd.mail.parse import MessageWalk, body_prefixes
+from inboxd.mail.message_walk import MessageWalk, body_prefixes
 from inboxd.services.filters import index_words
 from inboxd.services.ingest import Stored, storable
 from inboxd.services.rawcodec import decompress
