@@ -17,6 +17,7 @@ import pytest
 
 from inboxd import logs
 from inboxd.metrics import Metrics
+from inboxd.smtp.tally import SmtpTally
 from inboxd.smtp.transaction import Transaction
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
@@ -40,7 +41,7 @@ class _Session(Transaction):
     """What `Transaction._record` reads of a session, and nothing else."""
 
     def __init__(self, peer: str, sender: str | None, mailboxes: list[str]) -> None:
-        self.server: Any = SimpleNamespace(metrics=Metrics())
+        self.server: Any = SimpleNamespace(tally=SmtpTally(Metrics()))
         self.peer = peer
         self.sender = sender
         self.recipients: Any = [SimpleNamespace(mailbox=SimpleNamespace(address=a)) for a in mailboxes]

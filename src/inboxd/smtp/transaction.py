@@ -367,11 +367,7 @@ class Transaction:
         """The transaction's metrics and its one log line (never the message, never AUTH)."""
         code = answer[:3]
         outcome = "accepted" if code == "250" else "deferred" if code[0] == "4" else "rejected"
-        metrics = self.server.metrics
-        metrics.smtp_transactions.labels(outcome, code).inc()
-        if outcome == "accepted":
-            metrics.smtp_bytes.inc(size)
-            metrics.smtp_ingest.observe(seconds)
+        self.server.tally.transaction(outcome, code, size, seconds)
         if log.isEnabledFor(logging.INFO):
             fields = {
                 "client": self.peer,
