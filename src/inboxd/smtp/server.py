@@ -61,6 +61,7 @@ from inboxd.services.limits import client_key
 from inboxd.services.space import SpaceGuard
 from inboxd.smtp import replies as R
 from inboxd.smtp.session import Session
+from inboxd.smtp.tally import SmtpTally
 from inboxd.tasks import TaskSet
 
 # Big messages assembled, parsed and compressed at once: each holds its buffer and its compressed
@@ -193,6 +194,7 @@ class SmtpServer:
         reception = Reception(ingest)
         self.hooks: HooksFactory = hooks or (lambda session: reception)
         self.metrics = metrics or Metrics()
+        self.tally = SmtpTally(self.metrics)
         self.space = space
         self.hostname = settings.resolved_smtp_hostname
         # TLS starts with the connection on the implicit-TLS listener: no header can come first there.
@@ -241,7 +243,7 @@ class SmtpServer:
         if self.per_ip.get(client, 0) >= settings.smtp_max_sessions_per_ip:
             return R.TOO_MANY_FROM_IP
         self.sessions.add(session)
-        self.metrics.smtp_sessions.inc()
+        self.tally.session(1)
         self.per_ip[client] = self.per_ip.get(client, 0) + 1
         return None
 
@@ -249,7 +251,7 @@ class SmtpServer:
         self.unnamed.discard(session)
         if session in self.sessions:
             self.sessions.discard(session)
-            self.metrics.smtp_sessions.dec()
+            self.tally.session(-1)
             left = self.per_ip.get(session.client, 1) - 1
             if left > 0:
                 self.per_ip[session.client] = left

@@ -78,7 +78,7 @@ class _Session(Transaction, asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if peer else "unknown"
-        self.server.metrics.smtp_connections.inc()
+        self.server.tally.connection()
         if self.server.closing:
             self.close(R.SHUTTING_DOWN)
             return

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from inboxd.errors import InboxdError, MessageRejected
 from inboxd.ids import random_hex
+from inboxd.logs import write_info
 from inboxd.model import FaultSet
 from inboxd.services.faults import NOTHING, Action, FaultService, first_action
 from inboxd.services.ingest import OFF_LOOP_BYTES, Recipient
@@ -366,11 +367,7 @@ class Transaction:
         """The transaction's metrics and its one log line (never the message, never AUTH)."""
         code = answer[:3]
         outcome = "accepted" if code == "250" else "deferred" if code[0] == "4" else "rejected"
-        metrics = self.server.metrics
-        metrics.smtp_transactions.labels(outcome, code).inc()
-        if outcome == "accepted":
-            metrics.smtp_bytes.inc(size)
-            metrics.smtp_ingest.observe(seconds)
+        self.server.tally.transaction(outcome, code, size, seconds)
         if log.isEnabledFor(logging.INFO):
             fields = {
                 "client": self.peer,
@@ -381,8 +378,12 @@ class Transaction:
                 "reply": answer,
                 "ms": round(seconds * 1000, 2),
             }
-            # Made and handled as `log.info` would, without its look up the stack for the caller's
-            # file and line, which no formatter writes (`logs.py`; as `api/observe.py` does).
+            # Under `serve`'s text set-up the line goes straight to its handler (`logs.write_info`,
+            # as the HTTP access line does); else the record is made and handled as `log.info`
+            # would, without its look up the stack for the caller's file and line, which no
+            # formatter writes (`logs.py`).
+            if write_info(log, f"smtp transaction {outcome}", fields):
+                return
             record = log.makeRecord(
                 log.name, logging.INFO, __file__, 0, "smtp transaction %s", (outcome,), None, extra={"fields": fields}
             )
