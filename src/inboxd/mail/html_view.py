@@ -241,7 +241,7 @@ def visible_text(html_body: str) -> str:
     parser = _VisibleText()
     try:
         parser.feed(html_body[:MAX_HTML_CHARS])
-        # Not close(): on some inputs it is quadratic (see mail/parse.py). What feed() holds back is
+        # Not close(): on some inputs it is quadratic (see mail/html_text.py). What feed() holds back is
         # an unfinished tag, dropped as HTML5 does, or trailing text, kept.
         tail = parser.rawdata
         if tail and parser.cdata_elem is None and not _UNFINISHED_TAG.match(tail):
