@@ -125,10 +125,14 @@ def mailbox_term(mailbox_id: str) -> str:
     return "mbx" + mailbox_id.replace("-", "")
 
 
+# FTS5 rowids per microsecond of `created_at` (`doc_id_base`).
+DOC_ID_ROOM = 64
+
+
 def doc_id_base(created_at: float) -> int:
     """SQLite's FTS5 rowid follows `created_at` (microseconds, room for 64 per microsecond), so
     a full-text page walks the matches newest first and stops after the page."""
-    return int(created_at * 1_000_000) * 64
+    return int(created_at * 1_000_000) * DOC_ID_ROOM
 
 
 @dataclass(frozen=True, slots=True)

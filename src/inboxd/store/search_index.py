@@ -4,7 +4,9 @@
 (lowercased) and whether it has attachments. The words themselves live in a tsvector column
 with a GIN index on PostgreSQL, and in the FTS5 table `search.fts_table()` (rowid = `doc_id`) on
 SQLite. Words are cut in Python (`services/filters.py`) and stored as they are, so neither
-database's own parser decides what a word is.
+database's own parser decides what a word is: FTS5's `ascii` tokenizer only splits at the spaces
+between them, and the table keeps no positions and no word counts, which no query asks for
+(migration 0012).
 
 A message is indexed once (`messages.indexed` goes 0 → 1 in the same transaction that writes
 its row); deleting or purging a message takes its row out of the index.
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from inboxd.store.db import Tx
-from inboxd.store.search import doc_id_base, fts_table, listed, mailbox_term
+from inboxd.store.search import DOC_ID_ROOM, doc_id_base, fts_table, listed, mailbox_term
 from inboxd.store.sql import Statement, arrays, name_statements, one_of, sa, schema, upsert, values_of
 
 
@@ -168,17 +170,21 @@ def _save_postgres() -> Any:
 
 
 _SAVE_POSTGRES = Statement(postgresql=_save_postgres)
+# SQLite's `save` of a batch: the flag update claims the messages (another process's indexer, or
+# a delete that got there first, leaves nothing to write), then the rows go in with one prepared
+# statement each. Four statements per batch rather than four per message.
 _CLAIM = Statement(
-    lambda: (
+    sqlite=lambda: (
         sa.update(schema.messages)
-        .where(
-            schema.messages.c.id == sa.bindparam("id"), schema.messages.c.indexed == 0, schema.messages.c.deleted == 0
-        )
+        .where(one_of(schema.messages.c.id, "ids"), schema.messages.c.indexed == 0, schema.messages.c.deleted == 0)
         .values(indexed=1)
+        .returning(schema.messages.c.id)
     )
 )
-_DOC_ID_TAKEN = Statement(
-    lambda: sa.select(sa.literal_column("1")).where(schema.message_search.c.doc_id == sa.bindparam("doc_id"))
+_DOC_IDS_TAKEN = Statement(
+    lambda: sa.select(schema.message_search.c.doc_id).where(
+        schema.message_search.c.doc_id.between(sa.bindparam("low"), sa.bindparam("high"))
+    )
 )
 _INSERT_SEARCH = Statement(
     lambda: sa.insert(schema.message_search).values(
@@ -197,10 +203,10 @@ def _indexed_text(doc: Doc) -> str:
 
 async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
     """Write the rows of messages still live and not yet indexed; returns their mailbox ids."""
+    if not docs:
+        return []
+    ids = [d.message_id for d in docs]
     if tx.dialect == "postgresql":
-        if not docs:
-            return []
-        ids = [d.message_id for d in docs]
         rows = await tx.fetch(
             _SAVE_POSTGRES,
             ids=ids,
@@ -211,26 +217,36 @@ async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
             d_terms=[_indexed_text(d) for d in docs],
         )
         return [r[0] for r in rows]
-    done: list[str] = []
-    for doc in docs:
-        # The flag update is the claim: another process's indexer, or a delete that got here
-        # first, leaves nothing to write.
-        if not await tx.execute(_CLAIM, id=doc.message_id):
-            continue
-        doc_id = doc_id_base(doc.created_at)
-        while await tx.fetchval(_DOC_ID_TAKEN, doc_id=doc_id):
-            doc_id += 1  # copies stored in the same microsecond
-        await tx.execute(
-            _INSERT_SEARCH,
-            doc_id=doc_id,
-            message_id=doc.message_id,
-            mailbox_id=doc.mailbox_id,
-            recipients=doc.recipients,
-            has_attachments=1 if doc.has_attachments else 0,
-        )
-        await tx.execute(_INSERT_FTS, doc_id=doc_id, terms=_indexed_text(doc))
-        done.append(doc.mailbox_id)
-    return done
+    claimed = {r[0] for r in await tx.fetch(_CLAIM, ids=ids)}
+    kept = [d for d in docs if d.message_id in claimed]
+    if not kept:
+        return []
+    bases = [doc_id_base(d.created_at) for d in kept]
+    # Copies stored in the same microsecond share a base: each takes the next id free.
+    high = max(bases) + DOC_ID_ROOM
+    taken = {r[0] for r in await tx.fetch(_DOC_IDS_TAKEN, low=min(bases), high=high)}
+    placed: list[tuple[Doc, int]] = []
+    for doc, doc_id in zip(kept, bases, strict=True):
+        # `taken` is complete up to `high`; past it (never seen in practice) each id is looked up.
+        while doc_id in taken or (doc_id > high and await tx.fetch(_DOC_IDS_TAKEN, low=doc_id, high=doc_id)):
+            doc_id += 1
+        taken.add(doc_id)
+        placed.append((doc, doc_id))
+    await tx.executemany(
+        _INSERT_SEARCH,
+        [
+            {
+                "doc_id": doc_id,
+                "message_id": doc.message_id,
+                "mailbox_id": doc.mailbox_id,
+                "recipients": doc.recipients,
+                "has_attachments": 1 if doc.has_attachments else 0,
+            }
+            for doc, doc_id in placed
+        ],
+    )
+    await tx.executemany(_INSERT_FTS, [{"doc_id": doc_id, "terms": _indexed_text(doc)} for doc, doc_id in placed])
+    return [doc.mailbox_id for doc, _ in placed]
 
 
 def _doc_ids(where: sa.ColumnElement[bool]) -> Any:

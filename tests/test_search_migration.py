@@ -1,0 +1,66 @@
+"""Migration 0012: SQLite's full-text table is made anew with the `ascii` tokenizer and neither
+positions nor word counts; the rows that pointed into the old one go, and every message is
+flagged for the indexer again. PostgreSQL's index is left as it was."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from alembic import command
+
+from inboxd.store import migrate
+
+
+def _fts_sql(path: Path) -> str:
+    with sqlite3.connect(path) as conn:
+        row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'message_fts'").fetchone()
+    return str(row[0])
+
+
+def test_0012_remakes_the_fts_table_and_flags_every_message_again(tmp_path: Path) -> None:
+    path = tmp_path / "m.sqlite3"
+    engine = migrate.sync_engine(f"sqlite:///{path}", schema="")
+    config = migrate.alembic_config()
+
+    def run(step: str, target: str) -> None:
+        with engine.connect() as conn:
+            config.attributes["connection"] = conn
+            getattr(command, step)(config, target)
+            conn.commit()
+
+    try:
+        run("upgrade", "0011")
+        with sqlite3.connect(path) as conn:
+            conn.execute(
+                "INSERT INTO messages (id, mailbox_id, sender, from_header, subject, preview_text, size, created_at,"
+                " expires_at, indexed, source_id) VALUES ('m1', 'mb', 's', 'f', 'subj', 'p', 3, 1.0, 9e9, 1, 'src')"
+            )
+            conn.execute(
+                "INSERT INTO message_search (doc_id, message_id, mailbox_id, recipients, has_attachments)"
+                " VALUES (64000000, 'm1', 'mb', 'r', 0)"
+            )
+            conn.execute("INSERT INTO message_fts (rowid, terms) VALUES (64000000, 'mbxmb zebra')")
+        assert "unicode61" in _fts_sql(path)
+
+        run("upgrade", "0012")
+        assert "'ascii', detail = none, columnsize = 0" in _fts_sql(path)
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("SELECT count(*) FROM message_search").fetchone() == (0,)
+            assert conn.execute("SELECT count(*) FROM message_fts").fetchone() == (0,)
+            assert conn.execute("SELECT indexed FROM messages").fetchall() == [(0,)]
+            # The new table answers what the search asks: single words, prefixes, any script.
+            conn.execute("INSERT INTO message_fts (rowid, terms) VALUES (1, 'mbxmb zoë 東京 zebra')")
+            for query in ['"zoë"', '"東京"', '"zeb"*', '"mbxmb" "zebra"']:
+                assert conn.execute("SELECT rowid FROM message_fts WHERE message_fts MATCH ?", (query,)).fetchall() == [
+                    (1,)
+                ], query
+            conn.execute("DELETE FROM message_fts WHERE rowid = 1")
+            assert conn.execute("SELECT count(*) FROM message_fts WHERE message_fts MATCH '\"zebra\"'").fetchone() == (
+                0,
+            )
+
+        run("downgrade", "0011")
+        assert "unicode61" in _fts_sql(path)
+    finally:
+        engine.dispose()
