@@ -95,6 +95,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="keep REF's virtual environment in --venv-cache for the next run (one is reused whenever found)",
     )
     guard.add_argument("--venv-cache", type=Path, default=compare.DEFAULT_CACHE, help="where kept environments live")
+    guard.add_argument(
+        "--backend",
+        choices=["sqlite", "postgres"],
+        default="sqlite",
+        help="where ingest and the reads store (postgres: --pg-url); idle memory is always SQLite's",
+    )
+    guard.add_argument("--pg-url", default=os.environ.get("INBOXD_BENCH_PG_URL", DEFAULT_PG_URL))
     profile = sub.add_parser("profile", parents=[common], help="py-spy profile of inboxd under SMTP load")
     profile.add_argument("--workload", choices=["ingest", "list"], default="ingest")
     profile.add_argument("--connections", type=int, default=32, help="SMTP or HTTP connections")
@@ -249,7 +256,7 @@ def _compare(args: argparse.Namespace, tools: Tools, client: str) -> int:
     rig = Rig(
         tools=tools,
         workdir=workdir,
-        pg_url=DEFAULT_PG_URL,  # SQLite only: the configuration `make run` starts
+        pg_url=args.pg_url,
         maildev_script=Path(DEFAULT_MAILDEV),
         client=client,
         load_timeout=args.load_timeout,
@@ -264,6 +271,7 @@ def _compare(args: argparse.Namespace, tools: Tools, client: str) -> int:
             duration=args.duration,
             cache=args.venv_cache,
             keep_venv=args.keep_venv,
+            backend=args.backend,
         )
         return 0 if held else 1
     except BenchError as exc:

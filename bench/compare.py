@@ -29,7 +29,7 @@ from pathlib import Path
 
 from bench import goals
 from bench.api import measure_inboxd as measure_reads
-from bench.rig import INBOXD_SQLITE, Rig
+from bench.rig import INBOXD_POSTGRES, INBOXD_SQLITE, Rig
 from bench.servers import BenchError, Build, cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,15 +164,23 @@ def rows(fill: int) -> tuple[Row, ...]:
 MEASURES = ("ingest", "reads", "idle memory")
 
 
-def measure_one(rig: Rig, side: Side, what: str, *, messages: int, fill: int, duration: float) -> dict[int, float]:
-    """One measure of one build: {row index: value}."""
+def measure_one(
+    rig: Rig, side: Side, what: str, *, messages: int, fill: int, duration: float, backend: str = "sqlite"
+) -> dict[int, float]:
+    """One measure of one build: {row index: value}. `backend` is where ingest and the reads store
+    (idle memory is always measured as `make run` starts inboxd, on SQLite)."""
     if what == "ingest":
-        rate, per_cpu = goals.ingest(rig, backend="sqlite", messages=messages, build=side.build)
+        rate, per_cpu = goals.ingest(rig, backend=backend, messages=messages, build=side.build)
         return {0: per_cpu, 1: rate}
     if what == "reads":
         connections = goals.HTTP_CONNECTIONS
         figures = measure_reads(
-            rig, target=INBOXD_SQLITE, fill=fill, connections=connections, duration=duration, build=side.build
+            rig,
+            target=INBOXD_POSTGRES if backend == "postgres" else INBOXD_SQLITE,
+            fill=fill,
+            connections=connections,
+            duration=duration,
+            build=side.build,
         )
         found = {}
         for row, figure in zip((2, 3), figures, strict=False):
@@ -184,7 +192,14 @@ def measure_one(rig: Rig, side: Side, what: str, *, messages: int, fill: int, du
 
 
 def measure(
-    rig: Rig, pair: tuple[Side, Side], *, repeats: int, messages: int, fill: int, duration: float
+    rig: Rig,
+    pair: tuple[Side, Side],
+    *,
+    repeats: int,
+    messages: int,
+    fill: int,
+    duration: float,
+    backend: str = "sqlite",
 ) -> tuple[list[tuple[Column, Column]], list[str]]:
     """Per row, the (REF, tree) columns, every round's value in place (NaN where it failed), and
     what failed."""
@@ -200,7 +215,9 @@ def measure(
             for index in order:
                 side = pair[index]
                 try:
-                    found = measure_one(rig, side, what, messages=messages, fill=fill, duration=duration)
+                    found = measure_one(
+                        rig, side, what, messages=messages, fill=fill, duration=duration, backend=backend
+                    )
                 except BenchError as exc:
                     notes.append(f"round {round_}, {side.label}, {what}: {exc}")
                     continue
@@ -242,6 +259,7 @@ def run(
     duration: float,
     cache: Path,
     keep_venv: bool,
+    backend: str = "sqlite",
 ) -> bool:
     """Print the comparison; False when a measurement failed. A REF that cannot be built raises."""
     started = time.monotonic()
@@ -260,8 +278,9 @@ def run(
     print(f"  working tree: {tree_state()}")
     print(f"    inboxd from {pair[1].origin}, Python {sys.executable}")
     print(f"  SMTP load client: {rig.client}; HTTP load: wrk, 1 thread, {goals.HTTP_CONNECTIONS} connections")
+    print(f"  ingest and reads stored on: {'PostgreSQL (' + rig.pg_url + ')' if backend == 'postgres' else 'SQLite'}")
     print(flush=True)
-    table, notes = measure(rig, pair, repeats=repeats, messages=messages, fill=fill, duration=duration)
+    table, notes = measure(rig, pair, repeats=repeats, messages=messages, fill=fill, duration=duration, backend=backend)
     print()
     print(markdown(pair, table, fill=fill, repeats=repeats))
     print()
@@ -278,6 +297,9 @@ def run(
     # The commit id, not REF as given: a name such as HEAD~3 or main moves on.
     print(
         f"reproduce: python -m bench compare {commit[:12]} --repeats {repeats} --messages {messages} "
-        f"--fill {fill} --duration {duration:g}" + rig.client_flag() + f"   (REF {ref})"
+        f"--fill {fill} --duration {duration:g}"
+        + ("" if backend == "sqlite" else f" --backend {backend}")
+        + rig.client_flag()
+        + f"   (REF {ref})"
     )
     return not notes

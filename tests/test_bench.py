@@ -21,7 +21,7 @@ from bench.servers import count_pages
 from bench.smtpload import run_python_client
 from bench.tools import Tools
 
-from tests.conftest import Harness
+from tests.conftest import PG_URL, Harness
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -190,15 +190,18 @@ def test_missing_load_tools_say_how_to_install_them() -> None:
 
 
 @pytest.mark.timeout(300)
-def test_bench_compare_builds_ref_apart_and_prints_the_ratio_table(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_bench_compare_builds_ref_apart_and_prints_the_ratio_table(tmp_path: Path, backend: str) -> None:
     """`python -m bench compare HEAD` with tiny counts: REF is built into a virtual environment of
     its own (kept, with --keep-venv, under --venv-cache), both builds are measured, and the table
-    has a row per measure with REF, working tree and ratio."""
+    has a row per measure with REF, working tree and ratio; `--backend postgres` stores ingest and
+    the reads on PostgreSQL."""
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
     commit_id = commit.stdout.strip()
     cache = tmp_path / "venvs"
     argv = [sys.executable, "-m", "bench", "compare", "HEAD", "--messages", "200", "--fill", "100"]
     argv += ["--duration", "1", "--repeats", "1", "--keep-venv", "--venv-cache", str(cache)]
+    argv += [] if backend == "sqlite" else ["--backend", backend, "--pg-url", PG_URL]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=280, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
@@ -209,6 +212,11 @@ def test_bench_compare_builds_ref_apart_and_prints_the_ratio_table(tmp_path: Pat
     assert re.search(r"load average \(1, 5, 15 min\) before: [\d.]+ [\d.]+ [\d.]+", out)
     assert re.search(r"load average \(1, 5, 15 min\) after: [\d.]+ [\d.]+ [\d.]+", out)
     counts = "--repeats 1 --messages 200 --fill 100 --duration 1"
+    if backend == "postgres":
+        counts += " --backend postgres"
+        assert "ingest and reads stored on: PostgreSQL" in out
+    else:
+        assert "ingest and reads stored on: SQLite" in out
     assert f"reproduce: python -m bench compare {commit_id[:12]} {counts}   (REF HEAD)" in out
 
     table = [[cell.strip() for cell in line.strip("|").split("|")] for line in out.splitlines() if line.startswith("|")]
