@@ -44,10 +44,12 @@ _encode = msgspec.json.Encoder().encode
 
 class Stored(NamedTuple):
     """A copy just stored, as the search index takes it: what it reads of the message, and the walk
-    ingest took its summary from (None for a big message: the indexer reads and parses it again)."""
+    ingest took its summary from (None for a big message: the indexer reads and parses it again),
+    and what the indexer would otherwise read of its row (None when read back)."""
 
     source: search.Source
     walk: MessageWalk | None
+    pending: search.Pending | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +204,9 @@ class IngestService:
         if self._stored_listeners:
             stored = [
                 Stored(
-                    search.Source(c.id, compressed, c.subject, c.from_, c.sender, addresses[c.mailbox_id], kept), handed
+                    search.Source(c.id, compressed, c.subject, c.from_, c.sender, addresses[c.mailbox_id], kept),
+                    handed,
+                    search.Pending(c.id, c.mailbox_id, size, c.created_at),
                 )
                 for c in copies
             ]

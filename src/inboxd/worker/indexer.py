@@ -2,12 +2,14 @@
 
 Ingest answers 250 without waiting for it; the indexer is woken after each commit with the new
 messages (and looks on its own every few seconds), gathers what LINGER seconds bring, takes the
-messages still flagged `indexed = 0`, builds their documents in a thread and writes their rows
-in one transaction, then tells the bus which mailboxes gained indexed mail so waits on full-text
-filters look again. A message ingest handed over comes with the MIME walk its summary was taken
-from, which goes on where the summary stopped: it is neither read back, nor decompressed, nor
-parsed again. Others (too big to keep, left by a restart or another process) are read back and
-parsed. The flag lives in the database, so a restart simply carries on.
+messages still flagged `indexed = 0` (read from the database, unless ingest handed over every
+one of them, with what their rows hold: then `save`'s claim alone checks them), builds their
+documents in a thread and writes their rows in one transaction, then tells the bus which
+mailboxes gained indexed mail so waits on full-text filters look again. A message ingest handed
+over comes with the MIME walk its summary was taken from, which goes on where the summary
+stopped: it is neither read back, nor decompressed, nor parsed again. Others (too big to keep,
+left by a restart or another process) are read back and parsed. The flag lives in the database,
+so a restart simply carries on.
 
 Several processes on one database each index the mail they took themselves, and another's only
 once it is SETTLE seconds old (left behind by a process that stopped): each message is parsed
@@ -109,6 +111,9 @@ class SearchIndexer:
         # the same once settled.
         self._own: dict[str, Stored | None] = {}
         self._kept_bytes = 0
+        # When the next batch reads what is waiting even if ingest handed all of it over: mail
+        # left by a restart or another process is found at least every `interval` seconds.
+        self._next_scan = 0.0
         # Messages indexed from what ingest handed over, and read back from the database (the
         # tests read them: a message handed over must not be read back).
         self.handed = self.read_back = 0
@@ -177,8 +182,18 @@ class SearchIndexer:
         `everything` any); returns how many were waiting."""
         own = list(itertools.islice(self._own, self._batch))
         kept = {message_id: self._take(message_id) for message_id in own}
-        settled = None if everything else self._clock() - SETTLE
-        waiting = await self._db.read(partial(search_index.pending, limit=self._batch, own=own, settled_before=settled))
+        now = self._clock()
+        handed_all = [s.pending for s in kept.values() if s is not None and s.pending is not None]
+        if not everything and own and len(handed_all) == len(own) and now < self._next_scan:
+            # All of it handed over by ingest, with what its row would say: no read. The claim in
+            # `save` skips any deleted or indexed meanwhile; mail left by others waits for a scan.
+            waiting = handed_all
+        else:
+            settled = None if everything else now - SETTLE
+            waiting = await self._db.read(
+                partial(search_index.pending, limit=self._batch, own=own, settled_before=settled)
+            )
+            self._next_scan = now + self._interval
         if len(waiting) == self._batch:  # older mail filled the batch: these come next
             taken = {p.id for p in waiting}
             self.took([s for i, s in kept.items() if i not in taken and s is not None])
@@ -186,7 +201,7 @@ class SearchIndexer:
         if not waiting:
             return 0
         pending_of = {p.id: p for p in waiting}
-        # Handed over by ingest (still there and unindexed, as `pending` just said), or read back.
+        # Handed over by ingest (the claim in `save` checks each is still there and unindexed), or read back.
         handed = [item for p in waiting if (item := kept.get(p.id)) is not None]
         docs = await asyncio.to_thread(_build_all, handed, pending_of) if handed else []
         self.handed += len(handed)
@@ -223,7 +238,7 @@ def _held(item: Stored) -> int:
 
 def _build_all(items: Sequence[Stored], pending_of: dict[str, search_index.Pending]) -> list[search_index.Doc]:
     docs = []
-    for source, walk in items:
+    for source, walk, _ in items:
         try:
             docs.append(build_doc(source, pending_of[source.message_id], walk))
         except Exception:
