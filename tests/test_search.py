@@ -433,3 +433,42 @@ async def test_copies_of_one_delivery_are_each_indexed(harness: Harness) -> None
             while await listed(harness, box, q="platypus") != ["Shared"]:
                 await asyncio.sleep(0.05)
     assert index_rows(harness) == 3
+
+
+async def test_a_handed_over_batch_is_claimed_without_a_read_and_skips_what_was_deleted(harness: Harness) -> None:
+    """Mail ingest hands over whole (walk and row) is indexed without reading what is waiting:
+    `save`'s claim alone decides, so a copy deleted before the indexer ran stays out of the index,
+    and one another indexer took in meanwhile is not written twice. Mail left by others is found
+    by the scan that comes at least every poll interval."""
+    from inboxd.worker.indexer import POLL_INTERVAL, SETTLE, SearchIndexer
+
+    server = harness.server
+    assert server._indexer is not None and server._db is not None and server._bus is not None
+    await server._indexer.stop()  # this process's own indexer: out of the way
+    mine = SearchIndexer(server._db, server._bus, clock=harness.clock)
+    # Ingest hands it everything but "Left behind", which stands for mail another process left.
+    server.services.ingest.on_stored(lambda stored: mine.took([s for s in stored if s.source.subject != "Left behind"]))
+    box = await harness.new_mailbox()
+    await harness.send(box["address"], message("Left behind", "the axolotl waits\n"))
+    harness.clock.advance(SETTLE - 1)
+    assert await mine.index_pending() == 0  # a scan: the mail left behind is not settled yet
+    for subject in ["Kept", "Deleted", "Taken by another"]:
+        await harness.send(box["address"], message(subject, f"the axolotl of {subject}\n"))
+    items = (await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())).json()["messages"]
+    ids = {m["subject"]: m["id"] for m in items}
+    gone = await harness.http.delete(f"/api/accounts/{box['id']}/messages/{ids['Deleted']}", headers=harness.auth())
+    assert gone.status_code == 204
+    other = SearchIndexer(server._db, server._bus, clock=harness.clock)
+    other.wake([ids["Taken by another"]])
+    assert await other.index_pending() == 1
+    harness.clock.advance(2)  # the mail left behind is settled now (SETTLE + 1), the next scan not due
+
+    # The three it was handed; a read would have given two: "Kept" and the settled "Left behind".
+    assert await mine.index_pending() == 3
+    assert (mine.handed, mine.read_back) == (3, 0)
+    assert sorted(await listed(harness, box, q="axolotl")) == ["Kept", "Taken by another"]
+    assert index_rows(harness) == 2
+    harness.clock.advance(POLL_INTERVAL)
+    assert await mine.index_pending() == 1  # the scan finds what was left behind
+    assert (mine.handed, mine.read_back) == (3, 1)
+    assert sorted(await listed(harness, box, q="axolotl")) == ["Kept", "Left behind", "Taken by another"]
