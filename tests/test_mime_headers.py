@@ -1,0 +1,87 @@
+"""The fast paths of the MIME walk against the slow paths they replace, on generated input: the
+indexed ``Headers`` against ``Message``'s scan, the header-field expression against the one that kept
+line endings for ``rstrip``, and the preview's short prefix against collapsing the whole text."""
+
+from __future__ import annotations
+
+import re
+from email.message import Message
+from email.policy import compat32
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from inboxd.mail.html_text import _collapsed_prefix, collapse
+from inboxd.mail.mime_tree import _HEADER_BLOCK, Headers, split_entity
+
+FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# The expression split_entity used before its values ended before trailing carriage returns.
+_OLD_FIELD = re.compile(r"^([\x21-\x39\x3b-\x7e]*):[ \t]*([^\n]*(?:\n[ \t][^\n]*)*)", re.MULTILINE)
+
+_NAMES = ["From", "from", "FROM", "To", "Cc", "Subject", "X-Tags", "x-tags", "Content-Type", "", "From x"]
+_PIECES = st.sampled_from(
+    [
+        *(n + ":" for n in _NAMES),
+        " ",
+        "\t",
+        "\r",
+        "\n",
+        "\r\n",
+        "\r\r\n",
+        "\n ",
+        "\r\n\t",
+        "a",
+        "=?",
+        "ö",
+        "\x00",
+        "\xa0",
+    ]
+)
+_BLOCKS = st.lists(_PIECES, max_size=40).map("".join)
+
+
+def _scanning(block: str) -> Message:
+    """The headers as split_entity stored them before: a plain compat32 Message."""
+    headers = Message(policy=compat32)
+    for name, value in _OLD_FIELD.findall(block):
+        headers.set_raw(name, value.rstrip("\r\n"))
+    return headers
+
+
+@FAST
+@given(_BLOCKS)
+def test_indexed_headers_answer_as_the_scan(block: str) -> None:
+    raw = block.encode()
+    fast, _ = split_entity(raw, 0, len(raw))
+    match = _HEADER_BLOCK.match(raw)
+    slow = _scanning(raw[: match.end() if match else 0].decode("utf-8", "replace"))
+    assert isinstance(fast, Headers)
+    assert list(fast.raw_items()) == list(slow.raw_items())
+    for name in {*_NAMES, "content-type", "missing"}:
+        assert fast.get(name) == slow.get(name)
+        assert fast.get(name, "x") == slow.get(name, "x")
+        assert fast.get_all(name) == slow.get_all(name)
+        assert fast.get_all(name, ()) == slow.get_all(name, ())
+    assert fast.get_content_type() == slow.get_content_type()
+
+
+@FAST
+@given(_BLOCKS, st.sampled_from(_NAMES), st.text(max_size=5))
+def test_indexed_headers_follow_changes(block: str, name: str, value: str) -> None:
+    raw = block.encode()
+    headers, _ = split_entity(raw, 0, len(raw))
+    headers[name or "X"] = value
+    if headers.get_all("to"):
+        headers.replace_header("to", value)
+    del headers["subject"]
+    for key in {*_NAMES, "missing"}:
+        assert headers.get(key) == Message.get(headers, key)
+        assert headers.get_all(key) == Message.get_all(headers, key)
+
+
+@FAST
+@given(st.lists(st.sampled_from(["word", "a", " ", "  ", "\r\n", "\t", "\xa0", "\u3000", "x" * 40]), max_size=200))
+def test_preview_prefix_is_the_collapsed_text(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert _collapsed_prefix(text) == collapse(text)[:100]
