@@ -1,16 +1,19 @@
 """The fast paths of the MIME walk against the slow paths they replace, on generated input: the
 indexed ``Headers`` against ``Message``'s scan, the header-field expression against the one that kept
-line endings for ``rstrip``, and the preview's short prefix against collapsing the whole text."""
+line endings for ``rstrip``, the preview's short prefix against collapsing the whole text, and
+address_value's fast path against the general one."""
 
 from __future__ import annotations
 
 import re
 from email.message import Message
 from email.policy import compat32
+from email.utils import getaddresses
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from inboxd.mail.decoding import _QUOTED_PAIR, _SIMPLE_ADDRESS, address_value, decode_words
 from inboxd.mail.html_text import _collapsed_prefix, collapse
 from inboxd.mail.mime_tree import _HEADER_BLOCK, Headers, split_entity
 
@@ -85,3 +88,43 @@ def test_indexed_headers_follow_changes(block: str, name: str, value: str) -> No
 def test_preview_prefix_is_the_collapsed_text(parts: list[str]) -> None:
     text = "".join(parts)
     assert _collapsed_prefix(text) == collapse(text)[:100]
+
+
+def _slow_address_value(value: str) -> str:
+    """address_value as it was before its fast path for plain simple addresses."""
+    try:
+        decoded = collapse(decode_words(value))
+    except Exception:
+        return collapse(value)
+    if not value or len(value) > 4096:
+        return decoded
+    simple = _SIMPLE_ADDRESS.fullmatch(value.strip())
+    if simple:
+        name = _QUOTED_PAIR.sub(r"\1", simple[1]) if simple[1] is not None else simple[2] or ""
+        pairs = [(name, simple[3] or simple[4])]
+    else:
+        try:
+            pairs = getaddresses([value])
+        except Exception:
+            return decoded
+    if not pairs or any("@" not in address for _, address in pairs):
+        return decoded
+    rendered = []
+    for name, address in pairs:
+        display = collapse(decode_words(name))
+        rendered.append(f"{display} <{address}>" if display else address)
+    return ", ".join(rendered)
+
+
+_ADDRESS_PIECES = st.sampled_from(
+    ["a", "b.c", "@", "<", ">", '"', "\\", " ", "\t", "\r\n ", ",", ";", ":", "(", ")", "=?", "?=", "[", "]"]
+)
+_ADDRESS_WORDS = st.sampled_from(
+    ["=?utf-8?q?J=C3=B6rg?=", "Name", "x@y.test", "<x@y.test>", '"N, M"', "\\=?", "ö", "\xa0"]
+)
+
+
+@FAST
+@given(st.lists(st.one_of(_ADDRESS_PIECES, _ADDRESS_WORDS), max_size=16).map("".join))
+def test_address_fast_path_renders_as_the_slow_path(value: str) -> None:
+    assert address_value(value) == _slow_address_value(value)

@@ -97,6 +97,15 @@ def address_header(headers: Message, header: str) -> str:
 
 def address_value(value: str) -> str:
     """One address header's value rendered as `address_header` renders it."""
+    if "=?" not in value and value and len(value) <= _MAX_ADDRESS_HEADER:
+        # The common case, answered as below without the work it does not need: nothing in the value
+        # to decode (decode_words returns it as it is), and one simple address, which has an "@".
+        simple = _SIMPLE_ADDRESS.fullmatch(value.strip())
+        if simple:
+            name = _QUOTED_PAIR.sub(r"\1", simple[1]) if simple[1] is not None else simple[2]
+            display = collapse(decode_words(name)) if name else ""
+            address = simple[3] or simple[4]
+            return f"{display} <{address}>" if display else address
     try:
         decoded = collapse(decode_words(value))
     except Exception:
