@@ -1,7 +1,7 @@
 """The fast paths of the MIME walk against the slow paths they replace, on generated input: the
 indexed ``Headers`` against ``Message``'s scan, the header-field expression against the one that kept
-line endings for ``rstrip``, the preview's short prefix against collapsing the whole text, and
-address_value's fast path against the general one."""
+line endings for ``rstrip``, the preview's short prefix against collapsing the whole text,
+address_value's fast path against the general one, and the boundary's against get_boundary."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from inboxd.mail.decoding import _QUOTED_PAIR, _SIMPLE_ADDRESS, address_value, decode_words
 from inboxd.mail.html_text import _collapsed_prefix, collapse
-from inboxd.mail.mime_tree import _HEADER_BLOCK, Headers, split_entity
+from inboxd.mail.mime_tree import _HEADER_BLOCK, Headers, _boundary, split_entity
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -128,3 +128,59 @@ _ADDRESS_WORDS = st.sampled_from(
 @given(st.lists(st.one_of(_ADDRESS_PIECES, _ADDRESS_WORDS), max_size=16).map("".join))
 def test_address_fast_path_renders_as_the_slow_path(value: str) -> None:
     assert address_value(value) == _slow_address_value(value)
+
+
+_CONTENT_TYPE_PIECES = st.sampled_from(
+    [
+        "multipart/mixed",
+        "text/plain",
+        "a/b/c",
+        ";",
+        " ",
+        "\t",
+        "\r\n ",
+        "=",
+        '"',
+        "\\",
+        "<",
+        ">",
+        "'",
+        "*",
+        "0",
+        "?",
+        "-",
+        "boundary",
+        "BOUNDARY",
+        "boundary*",
+        "charset",
+        "abc",
+        "=_Part_1",
+        "\xa0",
+        "ö",
+        "()",
+        ",",
+        ":",
+        ".",
+    ]
+)
+
+
+_WS = st.sampled_from(["", " ", "\t", "\r\n ", "\xa0"])
+# Shaped as the fast path's expression reads: type, one parameter named as a boundary, a value.
+_SHAPED_CONTENT_TYPES = st.tuples(
+    _WS,
+    st.sampled_from(["multipart/mixed", "a/b", "x"]),
+    _WS,
+    st.sampled_from(["boundary", "BoUnDaRy", "boundary*", "boundary*0"]),
+    _WS,
+    st.sampled_from(["", '"']),
+    st.text(st.characters(max_codepoint=0xFF), max_size=10),
+    _WS,
+).map(lambda p: f"{p[0]}{p[1]}{p[2]};{p[2]}{p[3]}{p[4]}={p[4]}{p[5]}{p[6]}{p[5]}{p[7]}")
+
+
+@FAST
+@given(st.one_of(st.lists(_CONTENT_TYPE_PIECES, max_size=16).map("".join), _SHAPED_CONTENT_TYPES))
+def test_boundary_fast_path_answers_as_get_boundary(value: str) -> None:
+    headers = Headers([("Content-Type", value)])
+    assert _boundary(headers) == (Message.get_boundary(headers) or "")
