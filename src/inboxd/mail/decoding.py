@@ -97,22 +97,26 @@ def address_header(headers: Message, header: str) -> str:
 
 def address_value(value: str) -> str:
     """One address header's value rendered as `address_header` renders it."""
+    if value and len(value) <= _MAX_ADDRESS_HEADER:
+        # One simple address (it has an "@"), rendered from its display name alone: the whole value's
+        # decoded text is the answer only when the value is no list of addresses.
+        simple = _SIMPLE_ADDRESS.fullmatch(value.strip())
+        if simple:
+            name = _QUOTED_PAIR.sub(r"\1", simple[1]) if simple[1] is not None else simple[2]
+            display = collapse(decode_words(name)) if name else ""
+            address = simple[3] or simple[4]
+            return f"{display} <{address}>" if display else address
     try:
         decoded = collapse(decode_words(value))
     except Exception:
         return collapse(value)
     if not value or len(value) > _MAX_ADDRESS_HEADER:
         return decoded
-    simple = _SIMPLE_ADDRESS.fullmatch(value.strip())
-    if simple:
-        name = _QUOTED_PAIR.sub(r"\1", simple[1]) if simple[1] is not None else simple[2] or ""
-        pairs = [(name, simple[3] or simple[4])]
-    else:
-        try:
-            # Parse the undecoded value: a decoded display name may hold commas, quotes or angle brackets.
-            pairs = getaddresses([value])
-        except Exception:
-            return decoded
+    try:
+        # Parse the undecoded value: a decoded display name may hold commas, quotes or angle brackets.
+        pairs = getaddresses([value])
+    except Exception:
+        return decoded
     # Anything that is not a list of addresses (no "@", or an unquoted comma splitting a display name)
     # reads best as the header text itself.
     if not pairs or any("@" not in address for _, address in pairs):

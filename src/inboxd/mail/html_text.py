@@ -57,7 +57,8 @@ def _collapsed_prefix(text: str) -> str:
     Collapsing a prefix of ``text`` gives a prefix of collapsing all of it, so a prefix that already
     yields enough characters gives the same answer.
     """
-    size = 4 * _PREVIEW_LENGTH
+    # Ordinary text collapses its first 128 characters to at least 100; the cost is that of the prefix.
+    size = _PREVIEW_LENGTH + 28
     while True:
         collapsed = collapse(text[:size])
         if len(collapsed) >= _PREVIEW_LENGTH or size >= len(text):

@@ -123,7 +123,8 @@ class MessageWalk:
         try:
             from_ = from_header(headers)
             subject = subject_header(headers)
-            x_tags = ",".join(str(v) for v in headers.get_all("x-tags", ()))
+            tags = headers.get_all("x-tags")
+            x_tags = ",".join(str(v) for v in tags) if tags else ""
             while self._text_leaf is None or self._html_leaf is None:
                 had_text = self._text_leaf is not None
                 if not self._advance():
