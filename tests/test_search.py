@@ -472,3 +472,28 @@ async def test_a_handed_over_batch_is_claimed_without_a_read_and_skips_what_was_
     assert await mine.index_pending() == 1  # the scan finds what was left behind
     assert (mine.handed, mine.read_back) == (3, 1)
     assert sorted(await listed(harness, box, q="axolotl")) == ["Kept", "Left behind", "Taken by another"]
+
+
+async def test_copies_of_one_delivery_indexed_in_separate_batches_get_their_own_rows(harness: Harness) -> None:
+    """The copies of one delivery share a microsecond, so their FTS5 rowids start from the same
+    base; a copy indexed in a later batch than its siblings takes the next id the earlier batch
+    left free."""
+    from inboxd.worker.indexer import SearchIndexer
+
+    server = harness.server
+    assert server._indexer is not None and server._db is not None and server._bus is not None
+    await server._indexer.stop()
+    boxes = [await harness.new_mailbox() for _ in range(3)]
+    await harness.send([b["address"] for b in boxes], message("Shared", "the pangolin rolls\n"))
+    ids = []
+    for box in boxes:
+        answer = await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth())
+        ids.append(answer.json()["messages"][0]["id"])
+    mine = SearchIndexer(server._db, server._bus, clock=harness.clock)
+    mine.wake(ids[:1])
+    assert await mine.index_pending() == 1
+    mine.wake(ids[1:])
+    assert await mine.index_pending() == 2
+    for box in boxes:
+        assert await listed(harness, box, q="pangolin") == ["Shared"]
+    assert index_rows(harness) == 3

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import msgspec
+
 from inboxd.store.db import Tx
 from inboxd.store.search import DOC_ID_ROOM, doc_id_base, fts_table, listed, mailbox_term
 from inboxd.store.sql import Statement, arrays, name_statements, one_of, sa, schema, upsert, values_of
@@ -42,6 +44,8 @@ class Doc:
     has_attachments: bool
     words: str  # services/filters.py `index_words`: words separated by spaces
 
+
+_encode = msgspec.json.Encoder().encode
 
 # The longest word the index answers for: longer runs are base64, hashes and the like, nobody
 # searches for them (no query names them, services/filters.py), and PostgreSQL caps a lexeme at 2 KiB.
@@ -181,11 +185,20 @@ _CLAIM = Statement(
         .returning(schema.messages.c.id)
     )
 )
-_DOC_IDS_TAKEN = Statement(
-    lambda: sa.select(schema.message_search.c.doc_id).where(
-        schema.message_search.c.doc_id.between(sa.bindparam("low"), sa.bindparam("high"))
-    )
+_DOC_ID_TAKEN = Statement(
+    lambda: sa.select(schema.message_search.c.doc_id).where(schema.message_search.c.doc_id == sa.bindparam("doc_id"))
 )
+
+
+def _doc_ids_taken() -> Any:
+    """The ids already taken from each of the bases given (a JSON list): one range seek per base
+    on the primary key, however far apart the bases are (a batch may mix old mail with new)."""
+    base = sa.func.json_each(sa.bindparam("bases")).table_valued("value").alias("b")
+    doc_id = schema.message_search.c.doc_id
+    return sa.select(doc_id).join(base, sa.and_(doc_id >= base.c.value, doc_id < base.c.value + DOC_ID_ROOM))
+
+
+_DOC_IDS_TAKEN = Statement(sqlite=_doc_ids_taken)
 _INSERT_SEARCH = Statement(
     lambda: sa.insert(schema.message_search).values(
         values_of(schema.message_search, "doc_id", "message_id", "mailbox_id", "recipients", "has_attachments")
@@ -223,12 +236,13 @@ async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
         return []
     bases = [doc_id_base(d.created_at) for d in kept]
     # Copies stored in the same microsecond share a base: each takes the next id free.
-    high = max(bases) + DOC_ID_ROOM
-    taken = {r[0] for r in await tx.fetch(_DOC_IDS_TAKEN, low=min(bases), high=high)}
+    taken = {r[0] for r in await tx.fetch(_DOC_IDS_TAKEN, bases=_encode(sorted(set(bases))).decode())}
     placed: list[tuple[Doc, int]] = []
-    for doc, doc_id in zip(kept, bases, strict=True):
-        # `taken` is complete up to `high`; past it (never seen in practice) each id is looked up.
-        while doc_id in taken or (doc_id > high and await tx.fetch(_DOC_IDS_TAKEN, low=doc_id, high=doc_id)):
+    for doc, base in zip(kept, bases, strict=True):
+        doc_id = base
+        # `taken` holds every id within DOC_ID_ROOM of a base; past it (never seen: 64 copies of
+        # one microsecond) each id is looked up.
+        while doc_id in taken or (doc_id >= base + DOC_ID_ROOM and await tx.fetchval(_DOC_ID_TAKEN, doc_id=doc_id)):
             doc_id += 1
         taken.add(doc_id)
         placed.append((doc, doc_id))
