@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
@@ -247,3 +248,27 @@ def test_bench_compare_reuses_a_kept_environment_and_refuses_an_unknown_ref(tmp_
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "'no-such-commit-anywhere' names no commit" in done.stderr
+
+
+@pytest.mark.timeout(300)
+def test_bench_instructions_counts_a_servers_instructions_per_message() -> None:
+    """`bench/instructions.sh` runs the working tree's server under callgrind, sends the bench's
+    mail and prints the instructions per message (a few tens of messages here; the documented
+    figures use 1,000)."""
+    env = {**os.environ, "N": "40", "SETTLE": "2"}
+    done = subprocess.run(
+        ["bash", str(ROOT / "bench/instructions.sh"), sys.executable, str(ROOT / "src")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = re.search(r"instructions per message: (\d+)   \((\d+) for 40 messages; ", done.stdout)
+    assert found, done.stdout + done.stderr
+    per, total = int(found[1]), int(found[2])
+    assert per == total // 40
+    # A message costs hundreds of thousands of instructions; a count of nothing would be a broken run.
+    assert 200_000 < per < 20_000_000, per
