@@ -6,9 +6,10 @@ them with `lint-imports`; every import counts, a lazy one inside a function incl
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
-
-from importlinter.cli import lint_imports
 
 import inboxd
 
@@ -17,7 +18,27 @@ ROOT = SRC.parent.parent
 
 
 def test_the_import_contracts_hold() -> None:
-    assert lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True) == 0
+    # In a process of its own: import-linter sets logging up with `dictConfig`, which disables
+    # every logger that exists (inboxd's among them) for the rest of the process, and so broke
+    # whichever log test ran after it on the same pytest worker.
+    code = (
+        "import sys; from importlinter.cli import lint_imports; "
+        "sys.exit(lint_imports(config_filename=sys.argv[1], no_cache=True))"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(SRC.parent), os.environ.get("PYTHONPATH", "")) if p),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT / "pyproject.toml")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_the_address_guard_sits_below_services_and_worker() -> None:
