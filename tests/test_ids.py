@@ -1,10 +1,10 @@
-"""Random identifiers (inboxd/ids.py): the text of version 4 UUIDs, made without `uuid.UUID`."""
+"""Identifiers (inboxd/ids.py): the text of version 4 and version 7 UUIDs, made without `uuid.UUID`."""
 
 from __future__ import annotations
 
 import uuid
 
-from inboxd.ids import random_hex, random_uuid
+from inboxd.ids import random_hex, random_uuid, time_ordered_uuid
 
 
 def test_random_uuids_are_canonical_version_4_uuids() -> None:
@@ -25,3 +25,22 @@ def test_random_hex_has_the_digits_asked_for() -> None:
         assert len(text) == digits
         int(text, 16)
     assert len({random_hex(16) for _ in range(1000)}) == 1000
+
+
+def test_time_ordered_uuids_are_canonical_version_7_uuids_of_their_millisecond() -> None:
+    at = 1_795_000_000.123456
+    made = [time_ordered_uuid(at) for _ in range(2000)]
+    assert len(set(made)) == len(made)  # 74 random bits within one millisecond
+    for text in made:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text
+        assert parsed.version == 7
+        assert parsed.variant == uuid.RFC_4122
+        assert parsed.int >> 80 == 1_795_000_000_123  # the Unix time in milliseconds, first
+    assert {text[19] for text in made} == set("89ab")
+
+
+def test_time_ordered_uuids_sort_as_their_times() -> None:
+    times = [0.0, 0.001, 1.5, 1_700_000_000.0, 1_795_000_000.123, 1_795_000_000.124, 4_000_000_000.0]
+    made = [time_ordered_uuid(at) for at in times]
+    assert made == sorted(made)

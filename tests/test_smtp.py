@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import smtplib
+import uuid
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -68,6 +70,22 @@ async def test_committed_before_250(harness: Harness) -> None:
     await harness.send(box["address"])
     # No waiting: the 250 means the message is already durable and listed.
     assert len(await messages_of(harness, box)) == 1
+
+
+async def test_stored_messages_take_time_ordered_ids(harness: Harness) -> None:
+    """Message ids are version 7 UUIDs of their arrival's millisecond (the store's keys then grow
+    at one end), and still UUIDs as the contract says."""
+    box = await harness.new_mailbox()
+    for _ in range(3):
+        await harness.send(box["address"])
+    listed = await messages_of(harness, box)
+    assert len(listed) == 3
+    for message in listed:
+        parsed = uuid.UUID(message["id"])
+        assert parsed.version == 7
+        arrived = datetime.fromisoformat(message["created_at"].replace("Z", "+00:00"))
+        # (within a millisecond: `created_at` is rounded to the microsecond when written out)
+        assert abs((parsed.int >> 80) - arrived.timestamp() * 1000) <= 1
 
 
 async def test_unknown_recipient_and_relay(harness: Harness) -> None:

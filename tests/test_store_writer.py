@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import threading
 import uuid
@@ -44,6 +45,7 @@ child = sa.table("child", sa.column("id", sa.Text), sa.column("parent_id", sa.Te
 
 INSERT_T = Statement(lambda: sa.insert(t).values(v=sa.bindparam("v")))
 ALL_T = Statement(lambda: sa.select(t.c.v))
+APPEND_T = Statement(lambda: sa.update(t).values(v=t.c.v + "y"))
 ONE_T = Statement(lambda: sa.select(t.c.v).where(t.c.v == sa.bindparam("v")))
 INSERT_CHILD = Statement(lambda: sa.insert(child).values(id=sa.bindparam("id"), parent_id=sa.bindparam("parent_id")))
 COUNT_CHILD = Statement(lambda: sa.select(sa.func.count()).select_from(child))
@@ -365,3 +367,33 @@ async def test_sqlite_writes_of_one_loop_turn_reach_the_writer_together(tmp_path
         await asyncio.gather(*(store.write(insert(f"v{n:02d}")) for n in range(20)))
         assert sizes == [20]
         assert await committed_values(store) == [f"v{n:02d}" for n in range(20)]
+
+
+def _open_temporary_files() -> list[str]:
+    """The files this process holds open that SQLite made as temporary ones (`etilqs_*`)."""
+    found = []
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            if "etilqs_" in os.readlink(fd):
+                found.append(os.readlink(fd))
+    return found
+
+
+async def test_sqlite_units_keep_their_savepoint_journal_in_memory(tmp_path: Path) -> None:
+    """Each unit of a batch runs in a savepoint, whose statement journal keeps the pages the unit
+    changes as they were. Past 64 KiB SQLite would spill it into a temporary file (an open, an
+    unlink, two writes a page); the writer keeps it in memory. The unit looks for such a file while
+    its own savepoint is open."""
+    async with fresh_store("sqlite", tmp_path) as (store, count):
+
+        async def fill(tx: Tx) -> None:
+            for n in range(300):  # about 600 KiB of pages, committed
+                await tx.execute(INSERT_T, v=f"{n:04d}" + "x" * 2000)
+
+        async def change_every_page(tx: Tx) -> list[str]:
+            await tx.execute(APPEND_T)
+            return _open_temporary_files()
+
+        await store.write(fill)
+        assert await store.write(change_every_page) == []
+        assert count("t") == 300

@@ -18,7 +18,7 @@ import msgspec
 from inboxd.config import Settings
 from inboxd.errors import MessageRejected
 from inboxd.events import EventBus
-from inboxd.ids import random_hex, random_uuid
+from inboxd.ids import random_hex, random_uuid, time_ordered_uuid
 from inboxd.mail.decoding import without_surrogates
 from inboxd.mail.message_walk import MessageWalk, Summary
 from inboxd.model import FaultSet, Mailbox, MessageSummary, NewMailEvent, iso
@@ -185,7 +185,7 @@ class IngestService:
         kept = None if envelope is None else _encode([storable(a) for a in envelope]).decode()
         copies = [self._copy(r, summary, sender=sender, size=size, now=now) for r in recipients]
         # One row of bytes for the delivery, however many mailboxes it reaches.
-        source_id = random_uuid()
+        source_id = time_ordered_uuid(now)
         client_ip, helo = _storable_or_none(client_ip), _storable_or_none(helo)
         items = [
             message_store.NewMessage(
@@ -222,7 +222,7 @@ class IngestService:
         # Ingest's tags: the plus part first, then the X-Tags header (merged is cheap: a few short strings).
         kept = tags.merged(recipient.tags, tags.from_header(summary.x_tags)) if summary.x_tags or recipient.tags else ()
         return MessageSummary(
-            id=random_uuid(),
+            id=time_ordered_uuid(now),
             mailbox_id=recipient.mailbox.id,
             sender=storable(sender),
             from_=storable(summary.from_),

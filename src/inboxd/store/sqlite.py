@@ -202,6 +202,10 @@ class SqliteDatabase:
         try:
             conn = _sqlite_connect(path)
             _enable_wal(conn)
+            # Each job of a group commit runs in a savepoint, and SQLite keeps the pages a savepoint
+            # changes in a statement journal: a temporary file past 64 KiB (an open, an unlink and
+            # two writes a page). In memory it costs a copy of the page.
+            conn.execute("PRAGMA temp_store=MEMORY")
         except sqlite3.Error as exc:
             raise _wrap(exc) from exc
         self._writer = threading.Thread(target=self._write_loop, args=(conn,), name="sqlite-write", daemon=True)
