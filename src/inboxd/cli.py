@@ -133,7 +133,7 @@ def serve(
     migrating = migrate.begin_upgrade(settings.resolved_database_url, schema=settings.database_schema)
     from inboxd.logs import configure
 
-    configure(level=settings.log_level, fmt=settings.log_format)
+    configure(level=settings.log_level, fmt=settings.log_format, batched=True)
     from inboxd.app import serve as run_server
     from inboxd.keyring import SecretKeyError
     from inboxd.listeners import ListenError

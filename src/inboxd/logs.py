@@ -17,14 +17,16 @@ Beyond that net, nothing that logs here passes a token, a password, a webhook se
 
 from __future__ import annotations
 
+import atexit
 import contextvars
 import functools
 import json
 import logging
 import re
 import sys
+import threading
 import time
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("inboxd_request_id", default="")
 
@@ -190,8 +192,69 @@ class JsonFormatter(logging.Formatter):
 JsonFormatter.converter = time.gmtime
 
 
+# `serve`'s lines are written out together: at most this many seconds after the first of them, or
+# once this many characters wait, or at once for a warning or worse.
+FLUSH_SECONDS = 0.2
+FLUSH_CHARS = 64 * 1024
+
+
+class BatchedLines:
+    """A text stream that holds what is written and hands it to `target` in one write: every
+    `FLUSH_SECONDS` (a thread of its own wakes for it), when `FLUSH_CHARS` wait, on `drain`, and at
+    exit. A line per SMTP transaction and per HTTP request, each flushed on its own, cost a system
+    call apiece (docs/performance.md, "Ingest's writes"); held together they cost one per batch.
+    `flush` (which `logging` calls after every record) does nothing: a killed process loses at
+    most the last `FLUSH_SECONDS` of lines, and a warning or worse is drained at once (`_LineHandler`)."""
+
+    def __init__(self, target: TextIO, *, seconds: float = FLUSH_SECONDS, chars: int = FLUSH_CHARS) -> None:
+        self._target = target
+        self._seconds = seconds
+        self._chars = chars
+        self._parts: list[str] = []
+        self._size = 0
+        self._lock = threading.Lock()  # held while a batch is written, so batches keep their order
+        self._waiting = threading.Event()
+        threading.Thread(target=self._flusher, name="inboxd-log-flush", daemon=True).start()
+        atexit.register(self.drain)
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._parts.append(text)
+            self._size += len(text)
+            full = self._size >= self._chars
+        if full:
+            self.drain()
+        else:
+            self._waiting.set()
+        return len(text)
+
+    def flush(self) -> None:
+        """Called by `logging` after each record: the lines wait for the batch."""
+
+    def drain(self) -> None:
+        with self._lock:
+            if self._parts:
+                text = "".join(self._parts)
+                self._parts.clear()
+                self._size = 0
+                self._target.write(text)
+                self._target.flush()
+
+    def _flusher(self) -> None:
+        while True:
+            self._waiting.wait()
+            time.sleep(self._seconds)
+            self._waiting.clear()
+            self.drain()
+
+
 class _LineHandler(logging.StreamHandler[TextIO]):
     """The handler `configure` installs, known by its type to `write_info`."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        if record.levelno >= logging.WARNING and isinstance(self.stream, BatchedLines):
+            self.stream.drain()
 
 
 def _direct_handler(logger: logging.Logger, level: int) -> _LineHandler | None:
@@ -269,9 +332,10 @@ def _string_field(value: str) -> str:
     return _text(scrub(value))
 
 
-def configure(*, level: str, fmt: str) -> None:
-    """Route every logger (ours, uvicorn's) to stderr in the chosen format."""
-    handler = _LineHandler(sys.stderr)
+def configure(*, level: str, fmt: str, batched: bool = False) -> None:
+    """Route every logger (ours, uvicorn's) to stderr in the chosen format; with `batched` (as
+    `serve` does) through `BatchedLines`."""
+    handler = _LineHandler(cast(TextIO, BatchedLines(sys.stderr)) if batched else sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     handler.addFilter(_RequestId())
     root = logging.getLogger()
