@@ -292,6 +292,32 @@ def index_rows(harness: Harness) -> int:
         return int(search_rows)
 
 
+def indexed_words(harness: Harness) -> list[list[str]]:
+    """The words the index holds for each message, as stored: FTS5's text on SQLite (which it
+    keeps as it was given), the tsvector's lexemes on PostgreSQL."""
+    settings = harness.server.settings
+    if settings.is_postgres:
+        with psycopg.connect(PG_URL, options=f"-csearch_path={settings.database_schema}") as conn:
+            rows = conn.execute("SELECT tsvector_to_array(terms) FROM message_search").fetchall()
+            return [list(r[0]) for r in rows]
+    with sqlite3.connect(settings.data_dir / "inboxd.sqlite3") as conn:
+        return [str(r[0]).split(" ") for r in conn.execute("SELECT terms FROM message_fts")]
+
+
+async def test_the_index_holds_each_word_of_a_message_once(harness: Harness) -> None:
+    """A page of repeated text is stored as its distinct words (the C word set on SQLite: FTS5
+    would otherwise tokenize every repeat and keep the whole text), and found by any of them."""
+    box = await harness.new_mailbox()
+    body = "the code is 4242 and the code expires soon\n" * 80
+    await harness.send(box["address"], message("Your code, again", body))
+    await indexed(harness, box, 1)
+    (stored,) = indexed_words(harness)
+    assert len(stored) == len(set(stored))
+    for word in ("the", "code", "4242", "expires", "soon", "your", "again", "alice", "example", "org"):
+        assert word in stored
+    assert await listed(harness, box, q="expires 4242") == ["Your code, again"]
+
+
 def run_sql(harness: Harness, statements: dict[str, list[str]]) -> None:
     settings = harness.server.settings
     if settings.is_postgres:

@@ -11,13 +11,25 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
 from inboxd.errors import InvalidRequest
 from inboxd.model import MessageFilter, Term
 from inboxd.services import tags
 from inboxd.store.search_index import MAX_TERM_CHARS
+
+
+def _c_word_set() -> Callable[[bytes], bytes] | None:
+    """The C word set (`_words.c`), which setup.py builds when a compiler is there; else None."""
+    try:
+        from inboxd.services._words import distinct_words
+    except ImportError:
+        return None
+    return distinct_words
+
+
+DISTINCT_WORDS = _c_word_set()
 
 MAX_QUERY_CHARS = 1000
 MAX_QUERY_TERMS = 32
@@ -50,18 +62,25 @@ def words(text: str) -> list[str]:
     return [w for w in _WORD.findall(fold(text)) if len(w) <= MAX_TERM_CHARS]
 
 
-def index_words(parts: Iterable[str]) -> str:
+def index_words(parts: Iterable[str], *, distinct: bool = True) -> str:
     """The words of a message's searchable parts as the index takes them: separated by spaces.
 
-    ASCII text, the common case, is only mapped through the byte table (a few microseconds for a
-    page of text): the database cuts it at the spaces, in C and without the GIL (SQLite's FTS5), and
-    keeps each word once. Its repeats stay, and so may words over MAX_TERM_CHARS, which no query
-    can name (`parse_query` keeps shorter words only) and PostgreSQL's save leaves out. Other text
-    is cut here, into its distinct words up to that length.
+    ASCII text, the common case, is mapped through the byte table (a few microseconds for a page
+    of text), then each word is kept once by the C word set (`_words.c`) where it was built; the
+    database cuts what it is given at the spaces (SQLite's FTS5, in C and without the GIL) and keeps
+    each word once. Without the C word set (or with `distinct` false) the repeats stay: FTS5 then
+    tokenizes them all and stores the whole text, about 15 microseconds and 4 KB more for a 4 KB
+    mail, where a Python set would cost more than both (docs/performance.md, "The search index's
+    words"). Words over MAX_TERM_CHARS may stay too: no query can name them (`parse_query` keeps
+    shorter words only) and PostgreSQL's save leaves them out. Other text is cut here, into its
+    distinct words up to that length.
     """
     text = " ".join(parts)  # a word never spans two parts: the space keeps them apart
     if text.isascii():
-        return text.encode("ascii").translate(_ASCII_WORDS).decode("ascii")
+        cut = text.encode("ascii").translate(_ASCII_WORDS)
+        if distinct and DISTINCT_WORDS is not None:
+            cut = DISTINCT_WORDS(cut)
+        return cut.decode("ascii")
     return " ".join(w for w in dict.fromkeys(_WORD.findall(fold(text))) if len(w) <= MAX_TERM_CHARS)
 
 

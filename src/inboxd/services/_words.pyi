@@ -1,0 +1,3 @@
+from collections.abc import Buffer
+
+def distinct_words(data: Buffer, /) -> bytes: ...
