@@ -13,11 +13,14 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
+# setup.py builds the one C module (the search index's word set) into src/ for the editable install.
+BUILD_INPUTS := pyproject.toml setup.py src/inboxd/services/_words.c
+
+$(STAMP): $(BUILD_INPUTS) | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
-$(TEST_STAMP): pyproject.toml | $(BIN)/python
+$(TEST_STAMP): $(BUILD_INPUTS) | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@ $(STAMP)
 
