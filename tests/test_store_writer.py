@@ -380,20 +380,58 @@ def _open_temporary_files() -> list[str]:
 
 
 async def test_sqlite_units_keep_their_savepoint_journal_in_memory(tmp_path: Path) -> None:
-    """Each unit of a batch runs in a savepoint, whose statement journal keeps the pages the unit
-    changes as they were. Past 64 KiB SQLite would spill it into a temporary file (an open, an
-    unlink, two writes a page); the writer keeps it in memory. The unit looks for such a file while
-    its own savepoint is open."""
+    """When a unit of a batch fails, the batch runs again with each unit in a savepoint, whose
+    statement journal keeps the pages the unit changes as they were. Past 64 KiB SQLite would spill
+    it into a temporary file (an open, an unlink, two writes a page); the writer keeps it in memory.
+    The unit looks for such a file while its savepoint is open."""
     async with fresh_store("sqlite", tmp_path) as (store, count):
+        seen: list[list[str]] = []
 
         async def fill(tx: Tx) -> None:
             for n in range(300):  # about 600 KiB of pages, committed
                 await tx.execute(INSERT_T, v=f"{n:04d}" + "x" * 2000)
 
-        async def change_every_page(tx: Tx) -> list[str]:
+        async def change_every_page(tx: Tx) -> None:
             await tx.execute(APPEND_T)
-            return _open_temporary_files()
+            seen.append(_open_temporary_files())
+
+        async def fail(tx: Tx) -> None:
+            raise ValueError("so the batch runs again, unit by unit")
 
         await store.write(fill)
-        assert await store.write(change_every_page) == []
+        answers = await asyncio.gather(store.write(change_every_page), store.write(fail), return_exceptions=True)
+        assert answers[0] is None and isinstance(answers[1], ValueError)
+        assert seen == [[], []]  # the whole batch, then its unit in a savepoint
         assert count("t") == 300
+
+
+async def test_sqlite_a_batch_runs_whole_and_again_unit_by_unit_only_when_a_unit_fails(tmp_path: Path) -> None:
+    """A batch runs in one transaction without savepoints; when a unit fails it is rolled back and
+    run again with a savepoint per unit, so the others commit once and the failed one not at all.
+    A lone unit that fails is not run again: its failure is its answer."""
+    async with fresh_store("sqlite", tmp_path) as (store, _):
+        runs: list[str] = []
+
+        def unit(value: str, *, fail: bool = False) -> Callable[[Tx], Coroutine[Any, Any, None]]:
+            async def work(tx: Tx) -> None:
+                runs.append(value)
+                await tx.execute(INSERT_T, v=value)
+                if fail:
+                    raise ValueError(value)
+
+            return work
+
+        await asyncio.gather(store.write(unit("a")), store.write(unit("b")))
+        assert runs == ["a", "b"]
+        runs.clear()
+        answers = await asyncio.gather(
+            store.write(unit("c")), store.write(unit("d", fail=True)), store.write(unit("e")), return_exceptions=True
+        )
+        assert isinstance(answers[1], ValueError) and answers[0] is None and answers[2] is None
+        assert runs == ["c", "d", "c", "d", "e"]
+        assert await committed_values(store) == ["a", "b", "c", "e"]
+        runs.clear()
+        with pytest.raises(ValueError):
+            await store.write(unit("f", fail=True))
+        assert runs == ["f"]
+        assert await committed_values(store) == ["a", "b", "c", "e"]

@@ -20,7 +20,8 @@ PostgreSQL it runs on the event loop inside an asyncpg transaction. On SQLite no
 ever suspends, so the coroutine is driven to its end synchronously: reads on the event loop
 (WAL lets them run beside the writer, and they are shorter than a thread hop), and every
 write goes to the one writer thread, which runs all writes that queued up meanwhile in one
-transaction (each in its own SAVEPOINT) and pays one fsync for the lot: group commit. Each
+transaction and pays one fsync for the lot: group commit (when a unit fails, the batch runs
+again with each unit in its own SAVEPOINT, so the others still commit). Each
 caller's future resolves only after the COMMIT that holds its work returned.
 
 This module is the interface (`Tx`, `Database`, `Row`); the engines behind it are

@@ -1,5 +1,6 @@
 """The SQLite engine behind `Database`: reads on the event loop (a thread for large ones), writes
-group-committed by one writer thread, one SAVEPOINT per unit of work (see `store/db.py`)."""
+group-committed by one writer thread, one SAVEPOINT per unit of work once one of the batch
+failed (see `store/db.py` and `SqliteDatabase._run_whole`)."""
 
 from __future__ import annotations
 
@@ -98,7 +99,9 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
 
 # Taking the write lock that another process holds (`inboxd serve --workers N` on one file): tried
 # again after these pauses rather than through SQLite's busy handler, whose sleeps grow from 1 ms
-# to 100 ms while the other process holds the lock for a commit of a millisecond or two.
+# to 100 ms while the other process holds the lock for a commit of a millisecond or two. The
+# writer's connection has no busy timeout at all: once BEGIN IMMEDIATE holds the lock, nothing in
+# the transaction waits for another (WAL's commit and its passive checkpoint never do).
 _BUSY_PAUSE = 0.0002
 _BUSY_PAUSE_MAX = 0.002
 _BUSY_SECONDS = 30.0
@@ -107,19 +110,15 @@ _BUSY_SECONDS = 30.0
 def _begin_write(conn: sqlite3.Connection) -> None:
     deadline = time.monotonic() + _BUSY_SECONDS
     pause = _BUSY_PAUSE
-    conn.execute("PRAGMA busy_timeout=0")
-    try:
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
-                    raise
-            time.sleep(pause)
-            pause = min(pause * 2, _BUSY_PAUSE_MAX)
-    finally:
-        conn.execute("PRAGMA busy_timeout=30000")
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, _BUSY_PAUSE_MAX)
 
 
 def _read_on(conn: sqlite3.Connection, work: Work[T]) -> T:
@@ -206,6 +205,7 @@ class SqliteDatabase:
             # changes in a statement journal: a temporary file past 64 KiB (an open, an unlink and
             # two writes a page). In memory it costs a copy of the page.
             conn.execute("PRAGMA temp_store=MEMORY")
+            conn.execute("PRAGMA busy_timeout=0")  # `_begin_write` waits for the lock itself
         except sqlite3.Error as exc:
             raise _wrap(exc) from exc
         self._writer = threading.Thread(target=self._write_loop, args=(conn,), name="sqlite-write", daemon=True)
@@ -325,6 +325,8 @@ class SqliteDatabase:
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
         if self.on_batch is not None:
             self.on_batch(len(batch))
+        if self._run_whole(conn, batch):
+            return
         outcomes: list[tuple[Any, BaseException | None]] = []
         try:
             _begin_write(conn)
@@ -350,6 +352,29 @@ class SqliteDatabase:
                 _settle(job, None, failure)
             return
         _settle_all([(job, result, error) for job, (result, error) in zip(batch, outcomes, strict=True)])
+
+    def _run_whole(self, conn: sqlite3.Connection, batch: list[_Job]) -> bool:
+        """The batch in one transaction without a savepoint per unit, which is how nearly every
+        batch ends (a savepoint and its release are two more statements a unit, each a hand-over
+        of the GIL): True when it committed and its callers were answered. When a unit fails, the
+        transaction is rolled back and False says to run the batch again, a savepoint per unit,
+        so the others still commit; a unit may therefore run twice, as a PostgreSQL unit retried
+        after a deadlock does (units touch nothing but their `Tx`). A batch of one unit needs no
+        second run: its failure is its answer."""
+        try:
+            _begin_write(conn)
+            tx = _SqliteTx(conn)
+            results = [run_sync(job.work(tx)) for job in batch]
+            conn.execute("COMMIT")
+        except BaseException as exc:  # as a unit's failure in `_run_batch`: never the thread's end
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            if len(batch) > 1:
+                return False
+            _settle(batch[0], None, _wrap(exc))
+            return True
+        _settle_all([(job, result, None) for job, result in zip(batch, results, strict=True)])
+        return True
 
     async def close(self) -> None:
         with self._lock:
