@@ -81,3 +81,15 @@ def test_lines_still_waiting_are_written_at_exit() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert "INFO inboxd.x: last words" in done.stderr
+
+
+def test_a_broken_stream_loses_the_batch_but_not_the_logger() -> None:
+    class Broken(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError("the reader went away")
+
+    stream = logs.BatchedLines(Broken(), seconds=60)
+    stream.write("lost\n")
+    stream.drain()  # no exception
+    stream.write("also lost\n")
+    stream.drain()

@@ -1,6 +1,7 @@
-"""Migration 0012: SQLite's full-text table is made anew with the `ascii` tokenizer and neither
-positions nor word counts; the rows that pointed into the old one go, and every message is
-flagged for the indexer again. PostgreSQL's index is left as it was."""
+"""Migrations 0012 and 0013: SQLite's full-text table is made anew with the `ascii` tokenizer and
+neither positions nor word counts (0012), then with its column lists back (0013); each time the
+rows that pointed into the old table go, and every message is flagged for the indexer again.
+PostgreSQL's index is left as it was."""
 
 from __future__ import annotations
 
@@ -62,5 +63,60 @@ def test_0012_remakes_the_fts_table_and_flags_every_message_again(tmp_path: Path
 
         run("downgrade", "0011")
         assert "unicode61" in _fts_sql(path)
+    finally:
+        engine.dispose()
+
+
+def test_0013_keeps_column_lists_and_flags_every_message_again(tmp_path: Path) -> None:
+    path = tmp_path / "m.sqlite3"
+    engine = migrate.sync_engine(f"sqlite:///{path}", schema="")
+    config = migrate.alembic_config()
+
+    def run(step: str, target: str) -> None:
+        with engine.connect() as conn:
+            config.attributes["connection"] = conn
+            getattr(command, step)(config, target)
+            conn.commit()
+
+    try:
+        run("upgrade", "0012")
+        with sqlite3.connect(path) as conn:
+            conn.execute(
+                "INSERT INTO messages (id, mailbox_id, sender, from_header, subject, preview_text, size, created_at,"
+                " expires_at, indexed, source_id) VALUES ('m1', 'mb', 's', 'f', 'subj', 'p', 3, 1.0, 9e9, 1, 'src')"
+            )
+            conn.execute(
+                "INSERT INTO message_search (doc_id, message_id, mailbox_id, recipients, has_attachments)"
+                " VALUES (64000000, 'm1', 'mb', 'r', 0)"
+            )
+            conn.execute("INSERT INTO message_fts (rowid, terms) VALUES (64000000, 'mbxmb zebra')")
+
+        run("upgrade", "0013")
+        assert "'ascii', detail = column, columnsize = 0" in _fts_sql(path)
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("SELECT count(*) FROM message_search").fetchone() == (0,)
+            assert conn.execute("SELECT count(*) FROM message_fts").fetchone() == (0,)
+            assert conn.execute("SELECT indexed FROM messages").fetchall() == [(0,)]
+            conn.executemany(
+                "INSERT INTO message_fts (rowid, terms) VALUES (?, ?)",
+                [(1, "mbxmb zoë 東京 zebra apricot"), (2, "mbxother apricot april"), (3, "mbxmb april")],
+            )
+            for query, rowids in [
+                ('"mbxmb" "apri"*', [(3,), (1,)]),
+                ('"zeb"*', [(1,)]),
+                ('"東京"', [(1,)]),
+                ('"mbxother" "apri"*', [(2,)]),
+            ]:
+                found = conn.execute(
+                    "SELECT rowid FROM message_fts WHERE message_fts MATCH ? ORDER BY rowid DESC", (query,)
+                ).fetchall()
+                assert found == rowids, query
+            conn.execute("DELETE FROM message_fts WHERE rowid = 1")
+            assert conn.execute("SELECT rowid FROM message_fts WHERE message_fts MATCH '\"apricot\"'").fetchall() == [
+                (2,)
+            ]
+
+        run("downgrade", "0012")
+        assert "'ascii', detail = none, columnsize = 0" in _fts_sql(path)
     finally:
         engine.dispose()

@@ -84,7 +84,7 @@ async def test_stored_messages_take_time_ordered_ids(harness: Harness) -> None:
         parsed = uuid.UUID(message["id"])
         assert parsed.version == 7
         arrived = datetime.fromisoformat(message["created_at"].replace("Z", "+00:00"))
-        # (within a millisecond: `created_at` is rounded to the microsecond when written out)
+        # (within a millisecond: `created_at` is written out to the millisecond)
         assert abs((parsed.int >> 80) - arrived.timestamp() * 1000) <= 1
 
 

@@ -18,6 +18,7 @@ Beyond that net, nothing that logs here passes a token, a password, a webhook se
 from __future__ import annotations
 
 import atexit
+import contextlib
 import contextvars
 import functools
 import json
@@ -237,8 +238,11 @@ class BatchedLines:
                 text = "".join(self._parts)
                 self._parts.clear()
                 self._size = 0
-                self._target.write(text)
-                self._target.flush()
+                # A closed or broken stderr loses the batch, as `logging` loses a line it cannot
+                # write; it must not end the flushing thread or fail the caller that drained.
+                with contextlib.suppress(OSError, ValueError):
+                    self._target.write(text)
+                    self._target.flush()
 
     def _flusher(self) -> None:
         while True:

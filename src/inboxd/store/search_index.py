@@ -6,7 +6,8 @@ with a GIN index on PostgreSQL, and in the FTS5 table `search.fts_table()` (rowi
 SQLite. Words are cut in Python (`services/filters.py`) and stored as they are, so neither
 database's own parser decides what a word is: FTS5's `ascii` tokenizer only splits at the spaces
 between them, and the table keeps no positions and no word counts, which no query asks for
-(migration 0012).
+(migration 0012), but does keep its column lists, without which a prefix query merges every
+matching word's whole list (migration 0013).
 
 A message is indexed once (`messages.indexed` goes 0 → 1 in the same transaction that writes
 its row); deleting or purging a message takes its row out of the index.

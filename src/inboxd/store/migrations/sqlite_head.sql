@@ -1,4 +1,4 @@
--- inboxd schema at revision 0012
+-- inboxd schema at revision 0013
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -72,7 +72,7 @@ CREATE TABLE message_details (
 	detail TEXT NOT NULL, 
 	PRIMARY KEY (message_id)
 );
-CREATE VIRTUAL TABLE message_fts USING fts5(terms, tokenize = 'ascii', detail = none, columnsize = 0);
+CREATE VIRTUAL TABLE message_fts USING fts5(terms, tokenize = 'ascii', detail = column, columnsize = 0);
 CREATE TABLE message_search (
 	doc_id INTEGER NOT NULL, 
 	message_id TEXT NOT NULL, 
@@ -232,4 +232,4 @@ CREATE INDEX ix_webhook_deliveries_webhook ON webhook_deliveries (webhook_id, cr
 CREATE INDEX ix_webhook_jobs_due ON webhook_jobs (due_at);
 CREATE INDEX ix_webhook_jobs_webhook ON webhook_jobs (webhook_id);
 CREATE INDEX ix_webhooks_user ON webhooks (user_id, created_at);
-INSERT INTO alembic_version (version_num) VALUES ('0012');
+INSERT INTO alembic_version (version_num) VALUES ('0013');
