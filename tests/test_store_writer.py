@@ -50,6 +50,7 @@ ONE_T = Statement(lambda: sa.select(t.c.v).where(t.c.v == sa.bindparam("v")))
 INSERT_CHILD = Statement(lambda: sa.insert(child).values(id=sa.bindparam("id"), parent_id=sa.bindparam("parent_id")))
 COUNT_CHILD = Statement(lambda: sa.select(sa.func.count()).select_from(child))
 TXID = Statement(lambda: sa.select(sa.func.txid_current()))
+Unit = Callable[[Tx], Coroutine[Any, Any, Any]]
 
 
 @contextlib.asynccontextmanager
@@ -435,3 +436,26 @@ async def test_sqlite_a_batch_runs_whole_and_again_unit_by_unit_only_when_a_unit
             await store.write(unit("f", fail=True))
         assert runs == ["f"]
         assert await committed_values(store) == ["a", "b", "c", "e"]
+
+
+async def test_sqlite_a_batch_whose_commit_fails_is_not_run_again(tmp_path: Path) -> None:
+    """A COMMIT that fails (here a deferred foreign key) is the transaction's failure, not a
+    unit's: every unit of the batch fails with it, and none runs a second time."""
+    async with fresh_store("sqlite", tmp_path) as (store, _):
+        runs: list[str] = []
+
+        def counted(
+            name: str, work: Callable[[Tx], Coroutine[Any, Any, Any]]
+        ) -> Callable[[Tx], Coroutine[Any, Any, Any]]:
+            async def run(tx: Tx) -> Any:
+                runs.append(name)
+                return await work(tx)
+
+            return run
+
+        answers = await asyncio.gather(
+            store.write(counted("a", insert("a"))), store.write(counted("orphan", orphan)), return_exceptions=True
+        )
+        assert all(isinstance(a, StorageError) for a in answers), answers
+        assert runs == ["a", "orphan"]
+        assert await committed_values(store) == []

@@ -154,6 +154,14 @@ def _settle(job: _Job, result: Any, error: BaseException | None) -> None:
         job.loop.call_soon_threadsafe(apply)
 
 
+def _fail_all(batch: list[_Job], exc: sqlite3.Error) -> None:
+    """A failed transaction (its BEGIN or its COMMIT) fails every unit of its batch alike."""
+    failure = _sqlite_error(exc)
+    failure.__cause__ = exc
+    for job in batch:
+        _settle(job, None, failure)
+
+
 def _settle_all(outcomes: list[tuple[_Job, Any, BaseException | None]]) -> None:
     """`_settle` for a whole batch: one wake-up of each caller's loop, not one per job (each
     costs the loop a syscall, and the writer thread the GIL handed back and forth)."""
@@ -201,9 +209,9 @@ class SqliteDatabase:
         try:
             conn = _sqlite_connect(path)
             _enable_wal(conn)
-            # Each job of a group commit runs in a savepoint, and SQLite keeps the pages a savepoint
-            # changes in a statement journal: a temporary file past 64 KiB (an open, an unlink and
-            # two writes a page). In memory it costs a copy of the page.
+            # A savepoint (each unit's, when a batch runs again) and a statement that may change
+            # many rows keep the pages they change in a statement journal: a temporary file past
+            # 64 KiB (an open, an unlink and two writes a page). In memory it costs a copy of the page.
             conn.execute("PRAGMA temp_store=MEMORY")
             conn.execute("PRAGMA busy_timeout=0")  # `_begin_write` waits for the lock itself
         except sqlite3.Error as exc:
@@ -346,32 +354,40 @@ class SqliteDatabase:
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-            failure = _sqlite_error(exc)
-            failure.__cause__ = exc
-            for job in batch:
-                _settle(job, None, failure)
+            _fail_all(batch, exc)
             return
         _settle_all([(job, result, error) for job, (result, error) in zip(batch, outcomes, strict=True)])
 
     def _run_whole(self, conn: sqlite3.Connection, batch: list[_Job]) -> bool:
         """The batch in one transaction without a savepoint per unit, which is how nearly every
         batch ends (a savepoint and its release are two more statements a unit, each a hand-over
-        of the GIL): True when it committed and its callers were answered. When a unit fails, the
+        of the GIL): True when its callers were answered (it committed, or its BEGIN or COMMIT
+        failed, which fails every unit alike). When a unit fails, the
         transaction is rolled back and False says to run the batch again, a savepoint per unit,
         so the others still commit; a unit may therefore run twice, as a PostgreSQL unit retried
         after a deadlock does (units touch nothing but their `Tx`). A batch of one unit needs no
         second run: its failure is its answer."""
         try:
             _begin_write(conn)
-            tx = _SqliteTx(conn)
+        except sqlite3.Error as exc:
+            _fail_all(batch, exc)
+            return True
+        tx = _SqliteTx(conn)
+        try:
             results = [run_sync(job.work(tx)) for job in batch]
-            conn.execute("COMMIT")
         except BaseException as exc:  # as a unit's failure in `_run_batch`: never the thread's end
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             if len(batch) > 1:
                 return False
             _settle(batch[0], None, _wrap(exc))
+            return True
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:  # the transaction's failure, not a unit's: running again would not help
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            _fail_all(batch, exc)
             return True
         _settle_all([(job, result, None) for job, result in zip(batch, results, strict=True)])
         return True
