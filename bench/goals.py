@@ -60,7 +60,7 @@ def num(value: float) -> str:
     return f"{value:.2f}"
 
 
-def _settle(pid: int, *, limit: float = 60.0) -> float:
+def settle(pid: int, *, limit: float = 60.0) -> float:
     """CPU-seconds the server spends until it is idle (work queued behind the load, e.g. indexing)."""
     start = cpu_seconds(pid)
     deadline = time.monotonic() + limit
@@ -90,11 +90,11 @@ def ingest(
         server.start()
         warmup = server.create_mailbox("warmup@inboxd.localhost")
         rig.send(port=server.smtp_port, recipient=warmup.address, connections=8, messages=200)
-        _settle(server.pid)
+        settle(server.pid)
         mailbox = server.create_mailbox("bench@inboxd.localhost")
         before = cpu_seconds(server.pid)
         run = rig.send(port=server.smtp_port, recipient=mailbox.address, connections=CONNECTIONS, messages=messages)
-        cpu = cpu_seconds(server.pid) - before + _settle(server.pid)
+        cpu = cpu_seconds(server.pid) - before + settle(server.pid)
         if run.failure:
             raise BenchError(f"ingest ({backend}): {run.failure}")
         stored = server.count(mailbox)
@@ -160,7 +160,7 @@ def memory_after_load(rig: Rig, *, messages: int, duration: float) -> tuple[floa
             if run.failure:
                 raise BenchError(f"memory fill: {run.failure}")
             sent += step
-        _settle(server.pid, limit=300.0)
+        settle(server.pid, limit=300.0)
         requests = 0
         while requests < API_REQUESTS:
             result = run_wrk(
@@ -173,7 +173,7 @@ def memory_after_load(rig: Rig, *, messages: int, duration: float) -> tuple[floa
             if result.failure or not result.requests:
                 raise BenchError(f"memory requests: {result.failure or 'no answers'}")
             requests += result.requests
-        _settle(server.pid)
+        settle(server.pid)
         return rss_mb(server.pid), requests
     finally:
         server.stop()
@@ -219,7 +219,7 @@ def list_at_scale(rig: Rig, *, fill: int, scale: int, repeats: int, duration: fl
         run = rig.send(port=small.smtp_port, recipient=mailbox.address, connections=CONNECTIONS, messages=fill)
         if run.failure:
             raise BenchError(f"scale fill: {run.failure}")
-        _settle(small.pid)
+        settle(small.pid)
         small.halt()
         large = small.copy()
         held = _add_copies(large.data_dir, mailbox.id, scale - fill)

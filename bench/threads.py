@@ -21,18 +21,16 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.goals import settle
 from bench.message import build_message, write_for_smtp_source
-from bench.servers import Build, Inboxd, cpu_seconds
+from bench.servers import Build, Inboxd
 from bench.smtpload import run_smtp_source
 
 CONNECTIONS = 32
 TICK = os.sysconf("SC_CLK_TCK")
-# The server is idle again once it spends less than this share of a core.
-IDLE_SHARE = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,17 +63,6 @@ def threads_of(pid: int) -> dict[int, ThreadCpu]:
 
 def io_of(pid: int) -> dict[str, int]:
     return {k: int(v) for k, v in (line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())}
-
-
-def settle(pid: int, *, limit: float = 60.0) -> None:
-    deadline = time.monotonic() + limit
-    last = cpu_seconds(pid)
-    while time.monotonic() < deadline:
-        time.sleep(0.25)
-        now = cpu_seconds(pid)
-        if now - last < IDLE_SHARE * 0.25:
-            return
-        last = now
 
 
 def one_round(build: Build, *, messages: int, smtp_source: str, workdir: Path) -> dict[str, float]:

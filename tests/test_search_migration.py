@@ -6,6 +6,7 @@ PostgreSQL's index is left as it was."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 from alembic import command
@@ -19,8 +20,8 @@ def _fts_sql(path: Path) -> str:
     return str(row[0])
 
 
-def test_0012_remakes_the_fts_table_and_flags_every_message_again(tmp_path: Path) -> None:
-    path = tmp_path / "m.sqlite3"
+def _migrator(path: Path) -> tuple[Callable[[str, str], None], Callable[[], None]]:
+    """`run(step, target)`: Alembic's upgrade or downgrade on the file; and how to let it go."""
     engine = migrate.sync_engine(f"sqlite:///{path}", schema="")
     config = migrate.alembic_config()
 
@@ -30,26 +31,43 @@ def test_0012_remakes_the_fts_table_and_flags_every_message_again(tmp_path: Path
             getattr(command, step)(config, target)
             conn.commit()
 
+    return run, engine.dispose
+
+
+def _one_indexed_message(path: Path) -> None:
+    """A message the index has taken in: its flag, its `message_search` row and its FTS5 row."""
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO messages (id, mailbox_id, sender, from_header, subject, preview_text, size, created_at,"
+            " expires_at, indexed, source_id) VALUES ('m1', 'mb', 's', 'f', 'subj', 'p', 3, 1.0, 9e9, 1, 'src')"
+        )
+        conn.execute(
+            "INSERT INTO message_search (doc_id, message_id, mailbox_id, recipients, has_attachments)"
+            " VALUES (64000000, 'm1', 'mb', 'r', 0)"
+        )
+        conn.execute("INSERT INTO message_fts (rowid, terms) VALUES (64000000, 'mbxmb zebra')")
+
+
+def _flagged_again(path: Path) -> None:
+    """What a remade table leaves: no index rows, and every message waiting for the indexer."""
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM message_search").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM message_fts").fetchone() == (0,)
+        assert conn.execute("SELECT indexed FROM messages").fetchall() == [(0,)]
+
+
+def test_0012_remakes_the_fts_table_and_flags_every_message_again(tmp_path: Path) -> None:
+    path = tmp_path / "m.sqlite3"
+    run, dispose = _migrator(path)
     try:
         run("upgrade", "0011")
-        with sqlite3.connect(path) as conn:
-            conn.execute(
-                "INSERT INTO messages (id, mailbox_id, sender, from_header, subject, preview_text, size, created_at,"
-                " expires_at, indexed, source_id) VALUES ('m1', 'mb', 's', 'f', 'subj', 'p', 3, 1.0, 9e9, 1, 'src')"
-            )
-            conn.execute(
-                "INSERT INTO message_search (doc_id, message_id, mailbox_id, recipients, has_attachments)"
-                " VALUES (64000000, 'm1', 'mb', 'r', 0)"
-            )
-            conn.execute("INSERT INTO message_fts (rowid, terms) VALUES (64000000, 'mbxmb zebra')")
+        _one_indexed_message(path)
         assert "unicode61" in _fts_sql(path)
 
         run("upgrade", "0012")
         assert "'ascii', detail = none, columnsize = 0" in _fts_sql(path)
+        _flagged_again(path)
         with sqlite3.connect(path) as conn:
-            assert conn.execute("SELECT count(*) FROM message_search").fetchone() == (0,)
-            assert conn.execute("SELECT count(*) FROM message_fts").fetchone() == (0,)
-            assert conn.execute("SELECT indexed FROM messages").fetchall() == [(0,)]
             # The new table answers what the search asks: single words, prefixes, any script.
             conn.execute("INSERT INTO message_fts (rowid, terms) VALUES (1, 'mbxmb zoë 東京 zebra')")
             for query in ['"zoë"', '"東京"', '"zeb"*', '"mbxmb" "zebra"']:
@@ -64,39 +82,20 @@ def test_0012_remakes_the_fts_table_and_flags_every_message_again(tmp_path: Path
         run("downgrade", "0011")
         assert "unicode61" in _fts_sql(path)
     finally:
-        engine.dispose()
+        dispose()
 
 
 def test_0013_keeps_column_lists_and_flags_every_message_again(tmp_path: Path) -> None:
     path = tmp_path / "m.sqlite3"
-    engine = migrate.sync_engine(f"sqlite:///{path}", schema="")
-    config = migrate.alembic_config()
-
-    def run(step: str, target: str) -> None:
-        with engine.connect() as conn:
-            config.attributes["connection"] = conn
-            getattr(command, step)(config, target)
-            conn.commit()
-
+    run, dispose = _migrator(path)
     try:
         run("upgrade", "0012")
-        with sqlite3.connect(path) as conn:
-            conn.execute(
-                "INSERT INTO messages (id, mailbox_id, sender, from_header, subject, preview_text, size, created_at,"
-                " expires_at, indexed, source_id) VALUES ('m1', 'mb', 's', 'f', 'subj', 'p', 3, 1.0, 9e9, 1, 'src')"
-            )
-            conn.execute(
-                "INSERT INTO message_search (doc_id, message_id, mailbox_id, recipients, has_attachments)"
-                " VALUES (64000000, 'm1', 'mb', 'r', 0)"
-            )
-            conn.execute("INSERT INTO message_fts (rowid, terms) VALUES (64000000, 'mbxmb zebra')")
+        _one_indexed_message(path)
 
         run("upgrade", "0013")
         assert "'ascii', detail = column, columnsize = 0" in _fts_sql(path)
+        _flagged_again(path)
         with sqlite3.connect(path) as conn:
-            assert conn.execute("SELECT count(*) FROM message_search").fetchone() == (0,)
-            assert conn.execute("SELECT count(*) FROM message_fts").fetchone() == (0,)
-            assert conn.execute("SELECT indexed FROM messages").fetchall() == [(0,)]
             conn.executemany(
                 "INSERT INTO message_fts (rowid, terms) VALUES (?, ?)",
                 [(1, "mbxmb zoë 東京 zebra apricot"), (2, "mbxother apricot april"), (3, "mbxmb april")],
@@ -119,4 +118,4 @@ def test_0013_keeps_column_lists_and_flags_every_message_again(tmp_path: Path) -
         run("downgrade", "0012")
         assert "'ascii', detail = none, columnsize = 0" in _fts_sql(path)
     finally:
-        engine.dispose()
+        dispose()
