@@ -93,3 +93,19 @@ def test_a_broken_stream_loses_the_batch_but_not_the_logger() -> None:
     stream.drain()  # no exception
     stream.write("also lost\n")
     stream.drain()
+
+
+def test_drain_writes_the_waiting_lines_before_what_follows() -> None:
+    """`serve` drains the batch before click prints its error line, so the log keeps its order
+    (and a process ended by `os._exit`, which runs no exit handler, still had them out)."""
+    code = (
+        "import logging, os, sys; from inboxd import logs\n"
+        "logs.configure(level='info', fmt='text', batched=True)\n"
+        "logging.getLogger('inboxd.x').info('before')\n"
+        "logs.drain()\n"
+        "print('Error: after', file=sys.stderr, flush=True)\n"
+        "os._exit(1)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.index("INFO inboxd.x: before") < done.stderr.index("Error: after")

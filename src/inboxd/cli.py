@@ -132,6 +132,7 @@ def serve(
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     migrating = migrate.begin_upgrade(settings.resolved_database_url, schema=settings.database_schema)
     from inboxd.logs import configure
+    from inboxd.logs import drain as drain_logs
 
     configure(level=settings.log_level, fmt=settings.log_format, batched=True)
     from inboxd.app import serve as run_server
@@ -146,6 +147,8 @@ def serve(
         raise click.ClickException(f"secret key: {exc}") from exc
     except ListenError as exc:  # a port in use: one line naming the setting, not a traceback
         raise click.ClickException(str(exc)) from exc
+    finally:
+        drain_logs()  # the lines logged so far go before the error line click prints
 
 
 @main.command("mcp")

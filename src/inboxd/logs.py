@@ -336,6 +336,15 @@ def _string_field(value: str) -> str:
     return _text(scrub(value))
 
 
+def drain() -> None:
+    """Write out the lines `configure`'s batches hold now (before a message printed on the way out,
+    so that the log keeps its order)."""
+    for handler in logging.getLogger().handlers:
+        stream = getattr(handler, "stream", None)
+        if isinstance(stream, BatchedLines):
+            stream.drain()
+
+
 def configure(*, level: str, fmt: str, batched: bool = False) -> None:
     """Route every logger (ours, uvicorn's) to stderr in the chosen format; with `batched` (as
     `serve` does) through `BatchedLines`."""
