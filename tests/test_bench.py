@@ -44,6 +44,13 @@ Transfer/sec:      5.00MB
 """
 
 
+def run_bench(argv: list[str], *, timeout: float, env: dict[str, str] | None = None) -> str:
+    """A bench command run from the checkout, which must succeed; its standard output."""
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
 @pytest.mark.parametrize("size", [1000, 4096, 4097, 10000])
 def test_message_has_the_exact_size_and_no_bare_line_endings(size: int) -> None:
     message = build_message(size, sender="a@load.test", recipient="b@inboxd.localhost")
@@ -156,31 +163,11 @@ def test_counting_pages_finds_every_length() -> None:
 
 
 def test_bench_ingest_runs_inboxd_as_a_process_and_checks_durability(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "ingest",
-            "--targets",
-            "inboxd-sqlite",
-            "--client",
-            "python",
-            "--connections",
-            "1,4",
-            "--messages",
-            "40",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert re.search(r"\[2\] inboxd \(SQLite\)\s+4\s+40\s+40\s", done.stdout), done.stdout
-    assert "python -m bench ingest --targets inboxd-sqlite --connections 4 --messages 40 --client python" in done.stdout
-    assert "NOTE" not in done.stdout
+    argv = [sys.executable, "-m", "bench", "ingest", "--targets", "inboxd-sqlite", "--client", "python"]
+    out = run_bench([*argv, "--connections", "1,4", "--messages", "40"], timeout=110)
+    assert re.search(r"\[2\] inboxd \(SQLite\)\s+4\s+40\s+40\s", out), out
+    assert "python -m bench ingest --targets inboxd-sqlite --connections 4 --messages 40 --client python" in out
+    assert "NOTE" not in out
 
 
 def test_missing_load_tools_say_how_to_install_them() -> None:
@@ -203,9 +190,7 @@ def test_bench_compare_builds_ref_apart_and_prints_the_ratio_table(tmp_path: Pat
     argv = [sys.executable, "-m", "bench", "compare", "HEAD", "--messages", "200", "--fill", "100"]
     argv += ["--duration", "1", "--repeats", "1", "--keep-venv", "--venv-cache", str(cache)]
     argv += [] if backend == "sqlite" else ["--backend", backend, "--pg-url", PG_URL]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=280, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
+    out = run_bench(argv, timeout=280)
     assert "Problems" not in out
     assert (cache / commit_id / compare.COMPLETE).read_text().strip() == commit_id
     assert f"inboxd from {cache / commit_id}/lib/" in out
@@ -256,18 +241,11 @@ def test_bench_instructions_counts_a_servers_instructions_per_message() -> None:
     mail and prints the instructions per message (a few tens of messages here; the documented
     figures use 1,000)."""
     env = {**os.environ, "N": "40", "SETTLE": "2"}
-    done = subprocess.run(
-        ["bash", str(ROOT / "bench/instructions.sh"), sys.executable, str(ROOT / "src")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
+    out = run_bench(
+        ["bash", str(ROOT / "bench/instructions.sh"), sys.executable, str(ROOT / "src")], timeout=280, env=env
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    found = re.search(r"instructions per message: (\d+)   \((\d+) for 40 messages; ", done.stdout)
-    assert found, done.stdout + done.stderr
+    found = re.search(r"instructions per message: (\d+)   \((\d+) for 40 messages; ", out)
+    assert found, out
     per, total = int(found[1]), int(found[2])
     assert per == total // 40
     # A message costs hundreds of thousands of instructions; a count of nothing would be a broken run.
@@ -280,11 +258,10 @@ def test_bench_threads_splits_a_servers_cpu_by_thread_and_counts_its_writes() ->
     mail and prints each thread's CPU and the write calls per message (a few hundred messages and
     one round here; the documented figures use 6,000 and three)."""
     argv = [sys.executable, "-m", "bench.threads", "--rounds", "1", "--messages", "300", "--src", str(ROOT / "src")]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=280, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    figures = dict(re.findall(r"^  (.+?) +(-?[\d,.]+)   \(", done.stdout, re.M))
+    out = run_bench(argv, timeout=280)
+    figures = dict(re.findall(r"^  (.+?) +(-?[\d,.]+)   \(", out, re.M))
     # (CPU comes in ticks of 10 ms, and a few hundred messages spend few of them on each thread)
     for key in ("msg/s", "msg per CPU-second", "main switches", "thread 2 switches", "syscw per message"):
-        assert float(figures[key].replace(",", "")) > 0, done.stdout
+        assert float(figures[key].replace(",", "")) > 0, out
     # At least the SMTP replies (4 a message) and the WAL frames (2 write calls a page) of each message.
-    assert float(figures["syscw per message"]) > 4, done.stdout
+    assert float(figures["syscw per message"]) > 4, out

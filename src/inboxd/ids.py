@@ -13,10 +13,14 @@ import os
 _VARIANT = "89ab89ab89ab89ab"  # RFC 9562 variant bits 10xx over the 16 values of a hex digit
 
 
+def _canonical(h: str, version: str) -> str:
+    """32 hex digits as a UUID's text, with `version` and the RFC 9562 variant set over theirs."""
+    return f"{h[:8]}-{h[8:12]}-{version}{h[13:16]}-{_VARIANT[int(h[16], 16)]}{h[17:20]}-{h[20:]}"
+
+
 def random_uuid() -> str:
     """A random (version 4) UUID in its canonical text form, as `str(uuid.uuid4())`."""
-    h = os.urandom(16).hex()
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[int(h[16], 16)]}{h[17:20]}-{h[20:]}"
+    return _canonical(os.urandom(16).hex(), "4")
 
 
 def random_hex(digits: int = 32) -> str:
@@ -29,5 +33,4 @@ def time_ordered_uuid(at: float) -> str:
     random bits. Stored messages and sources take these as keys: each insert lands at the right
     edge of the primary key's B-tree instead of on a random page of it, so a commit writes one page
     of each such index rather than one per message (docs/performance.md, "Ingest's writes")."""
-    h = f"{int(at * 1000) & 0xFFFF_FFFF_FFFF:012x}{os.urandom(10).hex()}"
-    return f"{h[:8]}-{h[8:12]}-7{h[13:16]}-{_VARIANT[int(h[16], 16)]}{h[17:20]}-{h[20:]}"
+    return _canonical(f"{int(at * 1000) & 0xFFFF_FFFF_FFFF:012x}{os.urandom(10).hex()}", "7")
