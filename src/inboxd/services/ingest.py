@@ -30,7 +30,7 @@ from inboxd.store import mailboxes as mailbox_store
 from inboxd.store import message_ingest as message_store
 from inboxd.store import search_index as search
 from inboxd.store import webhooks as webhook_store
-from inboxd.store.db import Database, Tx
+from inboxd.store.db import Database, Joinable, Tx
 
 EMAIL_RECEIVED = "email.received"
 # Messages above this size are parsed and compressed in a thread: the event loop would otherwise
@@ -197,7 +197,7 @@ class IngestService:
         events = [
             _event(c, addresses[c.mailbox_id], r.mailbox.user_id) for c, r in zip(copies, recipients, strict=True)
         ]
-        queued = await self._db.write(partial(_store, items=items, events=events, now=now))
+        queued = await self._db.write(Joinable(_store, _Delivery(items, events, now)))
         for recipient in recipients:
             self._recipients.charge(recipient.mailbox.id, size)
         await self._bus.publish(events)
@@ -293,30 +293,45 @@ def _event(copy: MessageSummary, address: str, user_id: str) -> NewMailEvent:
     )
 
 
-async def _store(
-    tx: Tx, *, items: Sequence[message_store.NewMessage], events: Sequence[NewMailEvent], now: float
-) -> int:
-    """The ingest transaction: the copies, their quota charge and their webhook jobs."""
-    users = sorted({e.user_id for e in events})
+@dataclass(frozen=True, slots=True)
+class _Delivery:
+    """One message's copies and their events, as `_store` writes them."""
+
+    items: Sequence[message_store.NewMessage]
+    events: Sequence[NewMailEvent]
+    now: float
+
+
+async def _store(tx: Tx, deliveries: Sequence[_Delivery]) -> list[int]:
+    """The ingest transaction of one delivery, or of several the SQLite writer joined
+    (`Joinable`): the copies, their quota charge and their webhook jobs; the jobs queued for each.
+    When a mailbox is full, the whole call fails, and joined deliveries are then written one by
+    one, so only the message that does not fit is refused."""
+    items = [item for d in deliveries for item in d.items]
+    users = sorted({e.user_id for d in deliveries for e in d.events})
     hooks = await message_store.insert_charged(tx, items, hook_users=users, event_type=EMAIL_RECEIVED)
     if hooks is None:
         # One full mailbox refuses the message for all: SMTP has one reply to DATA.
         raise await _refusal_at_commit(tx, items)
-    jobs = []
-    for event in events:
-        for webhook_id in hooks.get(event.user_id, ()):
-            event_id = f"evt_{random_hex()}"
-            jobs.append(
-                webhook_store.NewJob(
-                    id=random_uuid(),
-                    webhook_id=webhook_id,
-                    event_id=event_id,
-                    event_type=EMAIL_RECEIVED,
-                    payload=email_received_body(event, event_id=event_id, created_at=now),
-                    event_at=now,
-                    due_at=now,
+    jobs: list[webhook_store.NewJob] = []
+    queued: list[int] = []
+    for delivery in deliveries:
+        before = len(jobs)
+        for event in delivery.events:
+            for webhook_id in hooks.get(event.user_id, ()):
+                event_id = f"evt_{random_hex()}"
+                jobs.append(
+                    webhook_store.NewJob(
+                        id=random_uuid(),
+                        webhook_id=webhook_id,
+                        event_id=event_id,
+                        event_type=EMAIL_RECEIVED,
+                        payload=email_received_body(event, event_id=event_id, created_at=delivery.now),
+                        event_at=delivery.now,
+                        due_at=delivery.now,
+                    )
                 )
-            )
+        queued.append(len(jobs) - before)
     if jobs:
         await webhook_store.insert_jobs(tx, jobs)
-    return len(jobs)
+    return queued

@@ -31,8 +31,9 @@ This module is the interface (`Tx`, `Database`, `Row`); the engines behind it ar
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine, Iterable, Mapping
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 from inboxd.store.sql import Statement
 
@@ -46,6 +47,42 @@ class Row(Protocol):
 
 
 Work = Callable[["Tx"], Coroutine[Any, Any, T]]
+Item = TypeVar("Item")
+
+
+@dataclass(frozen=True, slots=True)
+class Joinable(Generic[Item, T]):
+    """A unit of work that the SQLite writer may run together with the units of the same `many`
+    queued right beside it in a group commit: one call `many(tx, [item, ...])`, which returns a
+    result per item, instead of one call per unit. Ingest's writes are such units: a unit's
+    statements each hand the GIL to the event loop and back, and joined they hand it over once a
+    statement for the lot (docs/performance.md, "The writer's hand-overs"). When the joined call
+    fails, the batch runs again unit by unit, each alone (`many(tx, [item])`), so a failure stays
+    its own unit's; elsewhere (PostgreSQL) each unit runs alone."""
+
+    many: Callable[[Tx, Sequence[Item]], Coroutine[Any, Any, Sequence[T]]]
+    item: Item
+
+    async def __call__(self, tx: Tx) -> T:
+        return (await self.many(tx, [self.item]))[0]
+
+
+def joined_runs(works: Sequence[Callable[[Tx], Any]]) -> list[tuple[int, int]]:
+    """The `[start, end)` ranges of `works` that run as one call: each run of adjacent `Joinable`s
+    of one `many`, and every other unit on its own. Only neighbours join, so no unit moves past
+    another it might depend on."""
+    runs: list[tuple[int, int]] = []
+    start = 0
+    while start < len(works):
+        end = start + 1
+        first = works[start]
+        if isinstance(first, Joinable):
+            while end < len(works) and isinstance(nxt := works[end], Joinable) and nxt.many == first.many:
+                end += 1
+        runs.append((start, end))
+        start = end
+    return runs
+
 
 MAX_BATCH = 512
 log = logging.getLogger("inboxd.store")

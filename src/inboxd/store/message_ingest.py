@@ -170,16 +170,17 @@ async def insert_charged(
     (the caller rolls back) when a mailbox is full. On PostgreSQL in one statement, one round
     trip; on SQLite, where a statement costs no round trip, one by one."""
     if tx.dialect != "postgresql":
-        for item in items:
-            if not await charge(tx, item.summary.mailbox_id, item.summary.size):
+        # Each mailbox charged once with what all its copies take: that fits exactly when each
+        # copy's charge in turn would (sizes are never negative), in a statement a mailbox.
+        for mailbox_id, size in _sizes(items).items():
+            if not await charge(tx, mailbox_id, size):
                 return None
         await insert_many(tx, items)
         return await webhook_store.active_ids_for_users(tx, hook_users, event_type)
-    sizes: dict[str, int] = {}
+    sizes = _sizes(items)
     refs: dict[str, int] = {}
     firsts: dict[str, NewMessage] = {}
     for m in items:
-        sizes[m.summary.mailbox_id] = sizes.get(m.summary.mailbox_id, 0) + m.summary.size
         refs[m.source_id] = refs.get(m.source_id, 0) + 1
         firsts.setdefault(m.source_id, m)
     copies = [m.summary for m in items]
@@ -214,6 +215,14 @@ async def insert_charged(
     if rows[0]["charged"] != len(sizes):
         return None
     return webhook_store.subscribed(rows, event_type)
+
+
+def _sizes(items: Sequence[NewMessage]) -> dict[str, int]:
+    """The bytes `items` charge to each mailbox."""
+    sizes: dict[str, int] = {}
+    for m in items:
+        sizes[m.summary.mailbox_id] = sizes.get(m.summary.mailbox_id, 0) + m.summary.size
+    return sizes
 
 
 _CHARGE = Statement(
