@@ -23,7 +23,17 @@ import msgspec
 
 from inboxd.store.db import Tx
 from inboxd.store.search import DOC_ID_ROOM, doc_id_base, fts_table, listed, mailbox_term
-from inboxd.store.sql import Statement, arrays, name_statements, one_of, sa, schema, upsert, values_of
+from inboxd.store.sql import (
+    Statement,
+    arrays,
+    json_rows,
+    name_statements,
+    one_of,
+    rows_json,
+    sa,
+    schema,
+    upsert,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +57,7 @@ class Doc:
 
 
 _encode = msgspec.json.Encoder().encode
+_decode_ids = msgspec.json.Decoder(list[str]).decode
 
 # The longest word the index answers for: longer runs are base64, hashes and the like, nobody
 # searches for them (no query names them, services/filters.py), and PostgreSQL caps a lexeme at 2 KiB.
@@ -175,16 +186,15 @@ def _save_postgres() -> Any:
 
 
 _SAVE_POSTGRES = Statement(postgresql=_save_postgres)
-# SQLite's `save` of a batch: the flag update claims the messages (another process's indexer, or
-# a delete that got there first, leaves nothing to write), then the rows go in with one prepared
-# statement each. Four statements per batch rather than four per message.
-_CLAIM = Statement(
-    sqlite=lambda: (
-        sa.update(schema.messages)
-        .where(one_of(schema.messages.c.id, "ids"), schema.messages.c.indexed == 0, schema.messages.c.deleted == 0)
-        .values(indexed=1)
-        .returning(schema.messages.c.id)
+# SQLite's `save` of a batch: which messages are still there and unindexed, their flags, then the
+# rows, each a statement for the whole batch (`json_rows`): five statements a batch, none a row.
+_CLAIMABLE = Statement(
+    sqlite=lambda: sa.select(sa.func.json_group_array(schema.messages.c.id)).where(
+        one_of(schema.messages.c.id, "ids"), schema.messages.c.indexed == 0, schema.messages.c.deleted == 0
     )
+)
+_MARK_INDEXED = Statement(
+    sqlite=lambda: sa.update(schema.messages).where(one_of(schema.messages.c.id, "ids")).values(indexed=1)
 )
 _DOC_ID_TAKEN = Statement(
     lambda: sa.select(schema.message_search.c.doc_id).where(schema.message_search.c.doc_id == sa.bindparam("doc_id"))
@@ -200,14 +210,21 @@ def _doc_ids_taken() -> Any:
 
 
 _DOC_IDS_TAKEN = Statement(sqlite=_doc_ids_taken)
-_INSERT_SEARCH = Statement(
-    lambda: sa.insert(schema.message_search).values(
-        values_of(schema.message_search, "doc_id", "message_id", "mailbox_id", "recipients", "has_attachments")
-    )
-)
-_INSERT_FTS = Statement(
-    sqlite=lambda: sa.insert(fts_table()).values(rowid=sa.bindparam("doc_id"), terms=sa.bindparam("terms"))
-)
+_SEARCH_COLUMNS = ("doc_id", "message_id", "mailbox_id", "recipients", "has_attachments")
+
+
+def _insert_search() -> Any:
+    rows = json_rows("rows", *_SEARCH_COLUMNS)
+    return sa.insert(schema.message_search).from_select(list(_SEARCH_COLUMNS), sa.select(*rows.c))
+
+
+def _insert_fts() -> Any:
+    rows = json_rows("rows", "rowid", "terms")
+    return sa.insert(fts_table()).from_select(["rowid", "terms"], sa.select(*rows.c))
+
+
+_INSERT_SEARCH = Statement(sqlite=_insert_search)
+_INSERT_FTS = Statement(sqlite=_insert_fts)
 
 
 def _indexed_text(doc: Doc) -> str:
@@ -231,10 +248,12 @@ async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
             d_terms=[_indexed_text(d) for d in docs],
         )
         return [r[0] for r in rows]
-    claimed = {r[0] for r in await tx.fetch(_CLAIM, ids=ids)}
+    claimable = await tx.fetchval(_CLAIMABLE, ids=ids)
+    claimed = set(_decode_ids(claimable))
     kept = [d for d in docs if d.message_id in claimed]
     if not kept:
         return []
+    await tx.execute(_MARK_INDEXED, ids=claimed)
     bases = [doc_id_base(d.created_at) for d in kept]
     # Copies stored in the same microsecond share a base: each takes the next id free.
     taken = {r[0] for r in await tx.fetch(_DOC_IDS_TAKEN, bases=_encode(sorted(set(bases))).decode())}
@@ -247,20 +266,14 @@ async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
             doc_id += 1
         taken.add(doc_id)
         placed.append((doc, doc_id))
-    await tx.executemany(
+    await tx.execute(
         _INSERT_SEARCH,
-        [
-            {
-                "doc_id": doc_id,
-                "message_id": doc.message_id,
-                "mailbox_id": doc.mailbox_id,
-                "recipients": doc.recipients,
-                "has_attachments": 1 if doc.has_attachments else 0,
-            }
+        rows=rows_json(
+            (doc_id, doc.message_id, doc.mailbox_id, doc.recipients, 1 if doc.has_attachments else 0)
             for doc, doc_id in placed
-        ],
+        ),
     )
-    await tx.executemany(_INSERT_FTS, [{"doc_id": doc_id, "terms": _indexed_text(doc)} for doc, doc_id in placed])
+    await tx.execute(_INSERT_FTS, rows=rows_json((doc_id, _indexed_text(doc)) for doc, doc_id in placed))
     return [doc.mailbox_id for doc, _ in placed]
 
 

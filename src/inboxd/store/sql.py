@@ -337,3 +337,23 @@ def arrays(name: str, **columns: type[sa.types.TypeEngine[Any]]) -> Any:
 
     casts = [sa.cast(sa.bindparam(f"{name}_{c}"), ARRAY(kind)) for c, kind in columns.items()]
     return sa.func.unnest(*casts).table_valued(*columns).render_derived(name=name)
+
+
+def json_rows(name: str, *columns: str) -> Any:
+    """SQLite: the rows passed as the one parameter `name`, a JSON array of arrays (`rows_json`),
+    as a table `name` of `columns`: a batch of rows in one statement, which SQLite steps once
+    where `executemany` steps, and lets go of the GIL, once a row (docs/performance.md, "The
+    writer's hand-overs"). SQLite keeps the last few JSON texts it parsed, so a row is parsed
+    once for all its columns."""
+    each = sa.func.json_each(sa.bindparam(name)).table_valued("value").alias(f"{name}_each")
+    value = each.c.value
+    return (
+        sa.select(*[sa.func.json_extract(value, f"$[{i}]").label(c) for i, c in enumerate(columns)])
+        .select_from(each)
+        .subquery(name)
+    )
+
+
+def rows_json(rows: Iterable[Sequence[Any]]) -> str:
+    """The parameter `json_rows` reads: text, numbers and None only (JSON has no bytes)."""
+    return msgspec.json.encode(list(rows)).decode()
