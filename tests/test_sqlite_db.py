@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import sqlite3
 from pathlib import Path
 
 import sqlalchemy as sa
 
 from inboxd.store.db import Tx
-from inboxd.store.sql import Statement
+from inboxd.store.sql import Statement, insert_rows, row_pieces, rows_insert
 from inboxd.store.sqlite import SqliteDatabase
 
 t = sa.table("t", sa.column("v", sa.Integer))
@@ -66,3 +68,25 @@ async def test_a_write_waits_for_another_process_holding_the_write_lock(tmp_path
     finally:
         other.close()
         await db.close()
+
+
+async def test_rows_go_in_a_piece_at_a_time_with_their_bytes_and_numbers_as_they_are(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    """`insert_rows` cuts a batch into the precompiled row counts and binds every value as it is:
+    the stored bytes and floats are the ones given."""
+    assert row_pieces(23) == [16, 4, 1, 1, 1]
+    assert row_pieces(32) == [16, 16] and row_pieces(0) == []
+    path = tmp_path / "pieces.sqlite3"
+    shutil.copy(sqlite_template, path)
+    columns = ("id", "raw", "refs", "client_ip", "helo")
+    insert = rows_insert("message_sources", columns)
+    rows = [(f"s{n:02d}", os.urandom(n * 7), n, None if n % 2 else f"10.0.0.{n}", "helo") for n in range(23)]
+    db = SqliteDatabase(str(path))
+    try:
+        await db.write(lambda tx: insert_rows(tx, insert, columns, rows))
+    finally:
+        await db.close()
+    with sqlite3.connect(path) as check:
+        stored = check.execute("SELECT id, raw, refs, client_ip, helo FROM message_sources ORDER BY id").fetchall()
+    assert stored == rows

@@ -11,7 +11,7 @@ from inboxd.model import MessageSummary
 from inboxd.store import webhooks as webhook_store
 from inboxd.store.db import Tx
 from inboxd.store.messages import SUMMARY
-from inboxd.store.sql import Statement, arrays, name_statements, sa, schema, values_of
+from inboxd.store.sql import Statement, arrays, insert_rows, name_statements, rows_insert, sa, schema, values_of
 
 
 def tag_rows(items: Sequence[MessageSummary]) -> list[dict[str, Any]]:
@@ -37,14 +37,10 @@ class NewMessage:
     helo: str | None = None
 
 
-_INSERT_SOURCES = Statement(
-    lambda: sa.insert(schema.message_sources).values(
-        values_of(schema.message_sources, "id", "raw", "refs", "client_ip", "helo")
-    )
-)
-_INSERT_COPIES = Statement(
-    lambda: sa.insert(schema.messages).values(values_of(schema.messages, *SUMMARY, "source_id", "envelope"))
-)
+_SOURCE_COLUMNS = ("id", "raw", "refs", "client_ip", "helo")
+_COPY_COLUMNS = (*SUMMARY, "source_id", "envelope")
+_INSERT_SOURCES = rows_insert("message_sources", _SOURCE_COLUMNS)
+_INSERT_COPIES = rows_insert("messages", _COPY_COLUMNS)
 INSERT_TAG = Statement(lambda: sa.insert(schema.message_tags).values(values_of(schema.message_tags)))
 DELETE_TAGS = Statement(
     lambda: sa.delete(schema.message_tags).where(schema.message_tags.c.message_id == sa.bindparam("id"))
@@ -52,43 +48,42 @@ DELETE_TAGS = Statement(
 
 
 async def insert_many(tx: Tx, items: Sequence[NewMessage]) -> None:
-    """Insert stored copies (their sizes are charged by `charge`), each source once."""
+    """Insert stored copies (their sizes are charged by `charge`), each source once: SQLite's
+    (PostgreSQL's ingest is `insert_charged`'s one statement)."""
     refs: dict[str, int] = {}
     firsts: dict[str, NewMessage] = {}
     for m in items:
         refs[m.source_id] = refs.get(m.source_id, 0) + 1
         firsts.setdefault(m.source_id, m)
-    await tx.executemany(
+    await insert_rows(
+        tx,
         _INSERT_SOURCES,
+        _SOURCE_COLUMNS,
         [
-            {
-                "id": source_id,
-                "raw": firsts[source_id].raw_compressed,
-                "refs": count,
-                "client_ip": firsts[source_id].client_ip,
-                "helo": firsts[source_id].helo,
-            }
+            (source_id, firsts[source_id].raw_compressed, count, firsts[source_id].client_ip, firsts[source_id].helo)
             for source_id, count in refs.items()
         ],
     )
-    await tx.executemany(
+    await insert_rows(
+        tx,
         _INSERT_COPIES,
+        _COPY_COLUMNS,
         [
-            {
-                "id": m.summary.id,
-                "mailbox_id": m.summary.mailbox_id,
-                "sender": m.summary.sender,
-                "from_header": m.summary.from_,
-                "subject": m.summary.subject,
-                "preview_text": m.summary.preview_text,
-                "size": m.summary.size,
-                "is_read": 0,
-                "created_at": m.summary.created_at,
-                "expires_at": m.summary.expires_at,
-                "tags": " ".join(m.summary.tags),
-                "source_id": m.source_id,
-                "envelope": m.envelope,
-            }
+            (
+                m.summary.id,
+                m.summary.mailbox_id,
+                m.summary.sender,
+                m.summary.from_,
+                m.summary.subject,
+                m.summary.preview_text,
+                m.summary.size,
+                0,
+                m.summary.created_at,
+                m.summary.expires_at,
+                " ".join(m.summary.tags),
+                m.source_id,
+                m.envelope,
+            )
             for m in items
         ],
     )

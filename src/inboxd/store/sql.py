@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from sqlalchemy.sql.elements import BindParameter, ClauseElement, ColumnElement
 
     from inboxd.store import schema
+    from inboxd.store.db import Tx
 
 __all__ = [
     "DIALECTS",
@@ -73,9 +74,14 @@ __all__ = [
     "Shapes",
     "Statement",
     "arrays",
+    "insert_rows",
+    "json_rows",
     "name_statements",
     "one_of",
     "param",
+    "row_pieces",
+    "rows_insert",
+    "rows_json",
     "sa",
     "schema",
     "upsert",
@@ -357,3 +363,49 @@ def json_rows(name: str, *columns: str) -> Any:
 def rows_json(rows: Iterable[Sequence[Any]]) -> str:
     """The parameter `json_rows` reads: text, numbers and None only (JSON has no bytes)."""
     return msgspec.json.encode(list(rows)).decode()
+
+
+# The row counts `rows_insert` statements are compiled for: a batch is cut into pieces of these
+# sizes, largest first (23 rows: 16, 4, 1, 1, 1).
+ROW_PIECES = (16, 4, 1)
+
+
+def rows_insert(table: str, columns: Sequence[str]) -> Shapes[int]:
+    """SQLite: `INSERT INTO table (columns) VALUES (…), (…), …` of as many rows as the key says,
+    each value its own parameter (`<column>_<row>`), compiled ahead for the `ROW_PIECES`
+    (`insert_rows`). One statement steps once where `executemany` steps, and lets go of the GIL,
+    once a row (docs/performance.md, "The writer's hand-overs"); unlike `json_rows`, blobs and
+    floats go in as they are."""
+
+    def build(rows: int) -> Statement:
+        def construct() -> Any:
+            into: sa.Table = getattr(schema, table)
+            return sa.insert(into).values(
+                [{c: sa.bindparam(f"{c}_{n}", type_=into.c[c].type) for c in columns} for n in range(rows)]
+            )
+
+        return Statement(sqlite=construct)
+
+    return Shapes(build, size=len(ROW_PIECES), prepared=lambda: ROW_PIECES)
+
+
+async def insert_rows(tx: Tx, insert: Shapes[int], columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """`rows` (values in the order of `columns`) through `insert`, a `rows_insert`: a statement a
+    piece of `ROW_PIECES`."""
+    at = 0
+    for size in row_pieces(len(rows)):
+        piece = rows[at : at + size]
+        await tx.execute(
+            insert(size), **{f"{c}_{n}": v for n, row in enumerate(piece) for c, v in zip(columns, row, strict=True)}
+        )
+        at += size
+
+
+def row_pieces(rows: int) -> list[int]:
+    """How `insert_rows` cuts `rows` rows: the largest of `ROW_PIECES` that fits, again and again."""
+    pieces = []
+    while rows:
+        size = next(size for size in ROW_PIECES if size <= rows)
+        pieces.append(size)
+        rows -= size
+    return pieces
