@@ -93,13 +93,13 @@ test: lint
 	wait $$types; typed=$$?; cat $(VENV)/typecheck.log; \
 	exit $$(( tests != 0 || typed != 0 ))
 
-# The load tools: Postfix's smtp-source (SMTP) and wrk (HTTP), and valgrind for
-# bench/instructions.sh, from Debian's packages.
-LOAD_TOOLS := /usr/sbin/smtp-source /usr/bin/wrk /usr/bin/valgrind
+# The load tools: Postfix's smtp-source (SMTP) and wrk (HTTP), valgrind for
+# bench/instructions.sh and perf for bench/handovers.py, from Debian's packages.
+LOAD_TOOLS := /usr/sbin/smtp-source /usr/bin/wrk /usr/bin/valgrind /usr/bin/perf
 
 $(LOAD_TOOLS):
 	echo "postfix postfix/main_mailer_type select No configuration" | debconf-set-selections
-	$$(command -v flock >/dev/null && echo flock /tmp/apt.lock) sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postfix wrk valgrind'
+	$$(command -v flock >/dev/null && echo flock /tmp/apt.lock) sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postfix wrk valgrind linux-perf'
 
 # tests/test_bench.py runs `python -m bench compare`, which needs wrk.
 pytest: $(LOAD_TOOLS)

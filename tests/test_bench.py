@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench import compare
+from bench import compare, handovers
 from bench.hotspots import fold
 from bench.httpload import parse_wrk
 from bench.message import build_message
@@ -265,3 +265,37 @@ def test_bench_threads_splits_a_servers_cpu_by_thread_and_counts_its_writes() ->
         assert float(figures[key].replace(",", "")) > 0, out
     # At least the SMTP replies (4 a message) and the WAL frames (2 write calls a page) of each message.
     assert float(figures["syscw per message"]) > 4, out
+
+
+def test_handover_stacks_are_named_after_the_call_that_let_go_of_the_gil() -> None:
+    script = (
+        "python 7 [000] 1.0: sched:sched_switch: prev_comm=python prev_pid=7 ==> next_comm=x\n"
+        "\tffffffff821f8b58 __schedule+0x618 ([kernel.kallsyms])\n"
+        "\t          1f2a3 __futex_abstimed_wait_common+0x7 (/usr/lib/libc.so.6)\n"
+        "\t          2b1c0 take_gil+0x120 (inlined)\n"
+        "\t          2b1c0 PyEval_RestoreThread+0x20 (/usr/lib/libpython3.11.so)\n"
+        "\t          3c4d5 stmt_step+0x35 (/usr/lib/_sqlite3.so)\n"
+        "\n"
+        "python 7 [001] 1.1: sched:sched_switch: prev_comm=python prev_pid=7 ==> next_comm=y\n"
+        "\tffffffff821f8b58 __schedule+0x618 ([kernel.kallsyms])\n"
+        "\t          108cae fdatasync+0x6e (/usr/lib/libc.so.6)\n"
+        "\n"
+        "python 5 [001] 1.2: sched:sched_switch: prev_comm=python prev_pid=5 ==> next_comm=z\n"
+        "\tffffffff821f8b58 __schedule+0x618 ([kernel.kallsyms])\n"
+        "\tffffffff821f8b60 exit_to_user_mode_loop+0x10 ([kernel.kallsyms])\n"
+        "\t          55aa _PyEval_EvalFrameDefault+0x2e52 (/usr/lib/libpython3.11.so)\n"
+    )
+    threads = handovers.tally(script)
+    assert threads == {"7": {"GIL, after stmt_step": 1, "the disk (fdatasync)": 1}, "5": {"preempted": 1}}
+
+
+@pytest.mark.timeout(300)
+def test_bench_handovers_records_where_a_servers_threads_wait() -> None:
+    """`python -m bench.handovers` runs the working tree's server under perf and prints, per thread,
+    what its switches per message waited for (a few hundred messages here)."""
+    argv = [sys.executable, "-m", "bench.handovers", "--messages", "300", "--src", str(ROOT / "src")]
+    out = run_bench(argv, timeout=280)
+    assert re.search(r"^  main thread \(event loop\): \d+\.\d\d$", out, re.M), out
+    # The SQLite writer waits for the disk at each commit, and for the GIL after its statements.
+    assert re.search(r"^ +\d+\.\d\d  the disk \(fdatasync\)$", out, re.M), out
+    assert re.search(r"^ +\d+\.\d\d  GIL, after stmt_step$", out, re.M), out
