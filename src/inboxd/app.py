@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -481,6 +482,20 @@ class Inboxd:
             await db.close()
 
 
+# The cyclic collector's thresholds once a server has started (CPython's are 700, 10, 10).
+GC_THRESHOLDS = (5000, 10, 10)
+
+
+def _settle_heap() -> None:
+    """What start-up made (modules, the app, the statements) lives as long as the process: frozen,
+    the collector never walks it again; and a first threshold of 5,000 runs the young collection a
+    seventh as often, most of a message's objects freed by their counts before it comes. Callgrind
+    counts 1.9 % fewer instructions a message for both (docs/performance.md, "The collector")."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 async def serve(
     settings: Settings, *, migrating: migrate.PendingUpgrade | None = None, command: str = "inboxd"
 ) -> None:
@@ -490,6 +505,7 @@ async def serve(
 
     server = Inboxd(settings, migrating=migrating)
     await server.start()
+    _settle_heap()
     http = f"http://{settings.http_host}:{server.http_port}"
     print(
         f"inboxd: HTTP on {http}  SMTP on {settings.smtp_host}:{server.smtp_port}"
