@@ -50,6 +50,7 @@ name (the column name, or its `.label()`).
 from __future__ import annotations
 
 import importlib
+import itertools
 import operator
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -394,11 +395,15 @@ async def insert_rows(tx: Tx, insert: Shapes[int], columns: Sequence[str], rows:
     piece of `ROW_PIECES`."""
     at = 0
     for size in row_pieces(len(rows)):
-        piece = rows[at : at + size]
-        await tx.execute(
-            insert(size), **{f"{c}_{n}": v for n, row in enumerate(piece) for c, v in zip(columns, row, strict=True)}
-        )
+        values = itertools.chain.from_iterable(rows[at : at + size])
+        await tx.execute(insert(size), **dict(zip(_row_names(tuple(columns), size), values, strict=True)))
         at += size
+
+
+@lru_cache(maxsize=64)
+def _row_names(columns: tuple[str, ...], rows: int) -> tuple[str, ...]:
+    """The parameter names of a `rows_insert` statement of `rows` rows, row by row."""
+    return tuple(f"{c}_{n}" for n in range(rows) for c in columns)
 
 
 def row_pieces(rows: int) -> list[int]:
