@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import msgspec
 
@@ -66,7 +66,6 @@ if TYPE_CHECKING:
     from sqlalchemy.sql.elements import BindParameter, ClauseElement, ColumnElement
 
     from inboxd.store import schema
-    from inboxd.store.db import Tx
 
 __all__ = [
     "DIALECTS",
@@ -390,7 +389,15 @@ def rows_insert(table: str, columns: Sequence[str]) -> Shapes[int]:
     return Shapes(build, size=len(ROW_PIECES), prepared=lambda: ROW_PIECES)
 
 
-async def insert_rows(tx: Tx, insert: Shapes[int], columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+class _Executes(Protocol):
+    """What `insert_rows` needs of a `Tx` (`store/db.py`, which imports this module)."""
+
+    async def execute(self, statement: Statement, /, **params: Any) -> int: ...
+
+
+async def insert_rows(
+    tx: _Executes, insert: Shapes[int], columns: Sequence[str], rows: Sequence[Sequence[Any]]
+) -> None:
     """`rows` (values in the order of `columns`) through `insert`, a `rows_insert`: a statement a
     piece of `ROW_PIECES`."""
     at = 0
