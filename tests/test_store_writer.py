@@ -461,56 +461,36 @@ async def test_sqlite_a_batch_whose_commit_fails_is_not_run_again(tmp_path: Path
         assert await committed_values(store) == []
 
 
-async def test_sqlite_joinable_neighbours_run_as_one_call_and_alone_when_the_call_fails(tmp_path: Path) -> None:
+async def test_joinable_neighbours_run_as_one_call_and_alone_when_the_call_fails(db: Database) -> None:
     """Adjacent `Joinable` units of one `many` run as one call with their items in order, each
     caller getting its own result; a unit of another kind between them keeps its place (the runs
     on either side of it are called apart). When the joined call fails, the batch runs again
     with each unit alone, so only the unit that fails fails."""
-    async with fresh_store("sqlite", tmp_path) as (store, _):
-        calls: list[list[str]] = []
-
-        async def many(tx: Tx, values: Sequence[str]) -> list[str]:
-            calls.append(list(values))
-            for value in values:
-                if value.startswith("bad"):
-                    raise ValueError(value)
-                await tx.execute(INSERT_T, v=value)
-            return [f"stored {v}" for v in values]
-
-        async def other(tx: Tx) -> str:
-            calls.append(["other"])
-            await tx.execute(INSERT_T, v="o")
-            return "other"
-
-        answers = await asyncio.gather(
-            store.write(Joinable(many, "a")),
-            store.write(Joinable(many, "b")),
-            store.write(other),
-            store.write(Joinable(many, "c")),
-        )
-        assert list(answers) == ["stored a", "stored b", "other", "stored c"]
-        assert calls == [["a", "b"], ["other"], ["c"]]
-        assert await committed_values(store) == ["a", "b", "c", "o"]
-
-        calls.clear()
-        outcomes = await asyncio.gather(
-            store.write(Joinable(many, "d")),
-            store.write(Joinable(many, "bad")),
-            store.write(Joinable(many, "e")),
-            return_exceptions=True,
-        )
-        assert outcomes[0] == "stored d" and isinstance(outcomes[1], ValueError) and outcomes[2] == "stored e"
-        assert calls == [["d", "bad", "e"], ["d"], ["bad"], ["e"]]
-        assert await committed_values(store) == ["a", "b", "c", "d", "e", "o"]
-
-
-async def test_a_joinable_unit_runs_alone_on_postgres(pg: PostgresDatabase) -> None:
     calls: list[list[str]] = []
 
     async def many(tx: Tx, values: Sequence[str]) -> list[str]:
         calls.append(list(values))
-        return [v.upper() for v in values]
+        for value in values:
+            if value.startswith("bad"):
+                raise ValueError(value)
+            await tx.execute(INSERT_T, v=value)
+        return [f"stored {v}" for v in values]
 
-    answers = await asyncio.gather(pg.write(Joinable(many, "a")), pg.write(Joinable(many, "b")))
-    assert list(answers) == ["A", "B"]
-    assert sorted(calls) == [["a"], ["b"]]
+    async def other(tx: Tx) -> str:
+        calls.append(["other"])
+        await tx.execute(INSERT_T, v="o")
+        return "other"
+
+    async with HeldWriter(db) as held:
+        tasks = await held.queue(Joinable(many, "a"), Joinable(many, "b"), other, Joinable(many, "c"))
+    assert list(await asyncio.gather(*tasks)) == ["stored a", "stored b", "other", "stored c"]
+    assert calls == [["a", "b"], ["other"], ["c"]]
+    assert await committed_values(db) == ["a", "b", "c", "o"]
+
+    calls.clear()
+    async with HeldWriter(db) as held:
+        tasks = await held.queue(Joinable(many, "d"), Joinable(many, "bad"), Joinable(many, "e"))
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    assert outcomes[0] == "stored d" and isinstance(outcomes[1], ValueError) and outcomes[2] == "stored e"
+    assert calls == [["d", "bad", "e"], ["d"], ["bad"], ["e"]]
+    assert await committed_values(db) == ["a", "b", "c", "d", "e", "o"]

@@ -56,9 +56,9 @@ class Joinable(Generic[Item, T]):
     queued right beside it in a group commit: one call `many(tx, [item, ...])`, which returns a
     result per item, instead of one call per unit. Ingest's writes are such units: a unit's
     statements each hand the GIL to the event loop and back, and joined they hand it over once a
-    statement for the lot (docs/performance.md, "The writer's hand-overs"). When the joined call
-    fails, the batch runs again unit by unit, each alone (`many(tx, [item])`), so a failure stays
-    its own unit's; elsewhere (PostgreSQL) each unit runs alone."""
+    statement for the lot (docs/performance.md, "The writer's hand-overs"); on PostgreSQL, one round
+    trip for the lot. When the joined call fails, the batch runs again unit by unit, each alone
+    (`many(tx, [item])`), so a failure stays its own unit's."""
 
     many: Callable[[Tx, Sequence[Item]], Coroutine[Any, Any, Sequence[T]]]
     item: Item
@@ -86,6 +86,22 @@ def joined_runs(works: Sequence[Callable[[Tx], Any]]) -> list[tuple[int, int]]:
 
 MAX_BATCH = 512
 log = logging.getLogger("inboxd.store")
+
+
+async def run_joined(tx: Tx, works: Sequence[Work[Any]]) -> list[Any]:
+    """Each unit's result, in order, the adjacent `Joinable`s of one kind run as one call
+    (`joined_runs`): how both engines run a batch before they fall back to a unit at a time."""
+    results: list[Any] = []
+    for start, end in joined_runs(works):
+        first = works[start]
+        if end - start == 1 or not isinstance(first, Joinable):
+            results.append(await first(tx))
+            continue
+        joined = await first.many(tx, [work.item for work in works[start:end] if isinstance(work, Joinable)])
+        if len(joined) != end - start:
+            raise RuntimeError("a joined unit of work returned a result per item it was not given")
+        results.extend(joined)
+    return results
 
 
 class Tx(Protocol):

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from inboxd.errors import DuplicateKey, InsufficientStorage, StorageError
-from inboxd.store.db import MAX_BATCH, Row, Work
+from inboxd.store.db import MAX_BATCH, Row, Work, run_joined
 from inboxd.store.sql import Statement
 
 T = TypeVar("T")
@@ -214,17 +214,18 @@ class PostgresDatabase:
                 transaction = conn.transaction()
                 await transaction.start()
                 try:
-                    for work, _future in batch:
-                        if not savepoints:
-                            outcomes.append((await work(_PgTx(conn)), None))
-                            continue
-                        try:
-                            async with conn.transaction():  # nested: a SAVEPOINT
-                                outcomes.append((await work(_PgTx(conn)), None))
-                        except Exception as exc:  # handed to its caller; the others go on
-                            if _is_conflict(exc):
-                                raise  # not the unit's fault: the whole batch runs again
-                            outcomes.append((None, _pg_error(exc)))
+                    if not savepoints:  # joined where they may be (`Joinable`): a round trip for the lot
+                        results = await run_joined(_PgTx(conn), [work for work, _future in batch])
+                        outcomes = [(result, None) for result in results]
+                    else:
+                        for work, _future in batch:
+                            try:
+                                async with conn.transaction():  # nested: a SAVEPOINT
+                                    outcomes.append((await work(_PgTx(conn)), None))
+                            except Exception as exc:  # handed to its caller; the others go on
+                                if _is_conflict(exc):
+                                    raise  # not the unit's fault: the whole batch runs again
+                                outcomes.append((None, _pg_error(exc)))
                 except Exception as exc:
                     await transaction.rollback()
                     if _is_conflict(exc):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from inboxd.errors import DuplicateKey, InsufficientStorage, StorageError
-from inboxd.store.db import MAX_BATCH, Joinable, Row, Work, joined_runs, run_sync
+from inboxd.store.db import MAX_BATCH, Row, Work, run_joined, run_sync
 from inboxd.store.sql import Statement
 
 T = TypeVar("T")
@@ -152,21 +152,6 @@ def _settle(job: _Job, result: Any, error: BaseException | None) -> None:
     # A closed loop means the caller is gone; the writer thread must live on regardless.
     with contextlib.suppress(RuntimeError):
         job.loop.call_soon_threadsafe(apply)
-
-
-def _run_joined(tx: _SqliteTx, works: list[Work[Any]]) -> list[Any]:
-    """Each unit's result, the adjacent `Joinable`s of one kind run as one call (`joined_runs`)."""
-    results: list[Any] = []
-    for start, end in joined_runs(works):
-        first = works[start]
-        if end - start == 1 or not isinstance(first, Joinable):
-            results.append(run_sync(first(tx)))
-            continue
-        joined = run_sync(first.many(tx, [work.item for work in works[start:end] if isinstance(work, Joinable)]))
-        if len(joined) != end - start:
-            raise RuntimeError("a joined unit of work returned a result per item it was not given")
-        results.extend(joined)
-    return results
 
 
 def _fail_all(batch: list[_Job], exc: sqlite3.Error) -> None:
@@ -389,7 +374,7 @@ class SqliteDatabase:
             return True
         tx = _SqliteTx(conn)
         try:
-            results = _run_joined(tx, [job.work for job in batch])
+            results = run_sync(run_joined(tx, [job.work for job in batch]))
         except BaseException as exc:  # as a unit's failure in `_run_batch`: never the thread's end
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
