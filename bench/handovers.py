@@ -27,11 +27,10 @@ from collections import Counter
 from pathlib import Path
 
 from bench.goals import settle
-from bench.message import build_message, write_for_smtp_source
-from bench.servers import Build, Inboxd
+from bench.servers import Build
 from bench.smtpload import run_smtp_source
+from bench.threads import CONNECTIONS, warmed_up
 
-CONNECTIONS = 32
 _FRAME = re.compile(r"^\s*[0-9a-f]+\s+(?P<symbol>\S+?)(?:\+0x[0-9a-f]+)?\s+\(")
 # The frames between a GIL wait and the call that let go of the GIL: the interpreter's own.
 _GIL_PLUMBING = ("take_gil", "PyEval_RestoreThread", "PyEval_AcquireThread", "_PyEval", "PyGILState_Ensure")
@@ -72,21 +71,9 @@ def tally(script: str) -> dict[str, Counter[str]]:
 
 def record(build: Build, *, messages: int, workdir: Path) -> tuple[int, dict[str, Counter[str]], float]:
     """Run the load under perf; (the server's pid, the switches by thread, msg/s)."""
-    server = Inboxd(backend="sqlite", workdir=workdir, pg_url="", defaults=True, build=build)
     smtp_source = shutil.which("smtp-source") or "/usr/sbin/smtp-source"
-    mail = write_for_smtp_source(
-        build_message(4096, sender="bench-sender@example.test", recipient="bench@inboxd.localhost"), workdir / "msg.eml"
-    )
     data = workdir / "perf.data"
-    try:
-        server.start()
-        warmup = server.create_mailbox("warmup@inboxd.localhost")
-        run_smtp_source(
-            smtp_source, port=server.smtp_port, connections=8, messages=200, message_file=mail,
-            recipient=warmup.address, timeout=300,
-        )  # fmt: skip
-        settle(server.pid)
-        mailbox = server.create_mailbox("bench@inboxd.localhost")
+    with warmed_up(build, smtp_source=smtp_source, workdir=workdir) as (server, mail, mailbox):
         perf = subprocess.Popen(
             ["perf", "record", "-q", "-e", "sched:sched_switch", "--call-graph", "dwarf,32768",
              "-p", str(server.pid), "-o", str(data)],
@@ -105,8 +92,6 @@ def record(build: Build, *, messages: int, workdir: Path) -> tuple[int, dict[str
         if run.failure:
             raise SystemExit(f"the load failed: {run.failure}")
         pid = server.pid
-    finally:
-        server.stop()
     script = subprocess.run(
         ["perf", "script", "-i", str(data)], capture_output=True, text=True, check=True, timeout=600
     ).stdout

@@ -16,17 +16,19 @@ repeat and alternate (`--rounds`). `--python`/`--src` pick a build as `bench com
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.goals import settle
 from bench.message import build_message, write_for_smtp_source
-from bench.servers import Build, Inboxd
+from bench.servers import Build, Inboxd, Mailbox
 from bench.smtpload import run_smtp_source
 
 CONNECTIONS = 32
@@ -65,7 +67,11 @@ def io_of(pid: int) -> dict[str, int]:
     return {k: int(v) for k, v in (line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())}
 
 
-def one_round(build: Build, *, messages: int, smtp_source: str, workdir: Path) -> dict[str, float]:
+@contextlib.contextmanager
+def warmed_up(build: Build, *, smtp_source: str, workdir: Path) -> Iterator[tuple[Inboxd, Path, Mailbox]]:
+    """A server of `build` as `make run` starts it (SQLite), 200 unmeasured mails sent and the
+    server idle again; with the bench's 4 KB mail written for smtp-source and a fresh mailbox for
+    the measured load. Stopped on the way out."""
     workdir.mkdir(parents=True, exist_ok=True)
     server = Inboxd(backend="sqlite", workdir=workdir, pg_url="", defaults=True, build=build)
     message_file = write_for_smtp_source(
@@ -79,7 +85,13 @@ def one_round(build: Build, *, messages: int, smtp_source: str, workdir: Path) -
             recipient=warmup.address, timeout=300,
         )  # fmt: skip
         settle(server.pid)
-        mailbox = server.create_mailbox("bench@inboxd.localhost")
+        yield server, message_file, server.create_mailbox("bench@inboxd.localhost")
+    finally:
+        server.stop()
+
+
+def one_round(build: Build, *, messages: int, smtp_source: str, workdir: Path) -> dict[str, float]:
+    with warmed_up(build, smtp_source=smtp_source, workdir=workdir) as (server, message_file, mailbox):
         threads, io = threads_of(server.pid), io_of(server.pid)
         run = run_smtp_source(
             smtp_source, port=server.smtp_port, connections=CONNECTIONS, messages=messages,
@@ -89,8 +101,6 @@ def one_round(build: Build, *, messages: int, smtp_source: str, workdir: Path) -
             raise SystemExit(f"the load failed: {run.failure}")
         settle(server.pid)
         after, io_after = threads_of(server.pid), io_of(server.pid)
-    finally:
-        server.stop()
     figures: dict[str, float] = {"msg/s": messages / run.elapsed}
     spent: list[tuple[float, str, ThreadCpu, ThreadCpu]] = []
     for tid, now in after.items():
