@@ -303,10 +303,10 @@ class _Delivery:
 
 
 async def _store(tx: Tx, deliveries: Sequence[_Delivery]) -> list[int]:
-    """The ingest transaction of one delivery, or of several the SQLite writer joined
-    (`Joinable`): the copies, their quota charge and their webhook jobs; the jobs queued for each.
-    When a mailbox is full, the whole call fails, and joined deliveries are then written one by
-    one, so only the message that does not fit is refused."""
+    """The ingest transaction of one delivery, or of several the writer joined (`Joinable`): the
+    copies, their quota charge and their webhook jobs; the jobs queued for each. When a mailbox is
+    full, the whole call fails, and joined deliveries are then written one by one, so only the
+    message that does not fit is refused."""
     items = [item for d in deliveries for item in d.items]
     users = sorted({e.user_id for d in deliveries for e in d.events})
     hooks = await message_store.insert_charged(tx, items, hook_users=users, event_type=EMAIL_RECEIVED)

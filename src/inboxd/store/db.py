@@ -52,13 +52,13 @@ Item = TypeVar("Item")
 
 @dataclass(frozen=True, slots=True)
 class Joinable(Generic[Item, T]):
-    """A unit of work that the SQLite writer may run together with the units of the same `many`
-    queued right beside it in a group commit: one call `many(tx, [item, ...])`, which returns a
-    result per item, instead of one call per unit. Ingest's writes are such units: a unit's
-    statements each hand the GIL to the event loop and back, and joined they hand it over once a
-    statement for the lot (docs/performance.md, "The writer's hand-overs"); on PostgreSQL, one round
-    trip for the lot. When the joined call fails, the batch runs again unit by unit, each alone
-    (`many(tx, [item])`), so a failure stays its own unit's."""
+    """A unit of work that the writer (of either engine) may run together with the units of the
+    same `many` queued right beside it in a group commit: one call `many(tx, [item, ...])`, which
+    returns a result per item, instead of one call per unit. Ingest's writes are such units: on
+    SQLite each statement of a unit hands the GIL to the event loop and back, and joined they hand
+    it over once a statement for the lot (docs/performance.md, "The writer's hand-overs"); on
+    PostgreSQL the lot makes one round trip. When the joined call fails, the batch runs again unit
+    by unit, each alone (`many(tx, [item])`), so a failure stays its own unit's."""
 
     many: Callable[[Tx, Sequence[Item]], Coroutine[Any, Any, Sequence[T]]]
     item: Item

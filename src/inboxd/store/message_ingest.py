@@ -163,7 +163,8 @@ async def insert_charged(
     """The ingest's writes: `charge` each copy's mailbox, `insert_many` the copies, and the
     webhooks of `hook_users` subscribed to `event_type` (by user, `webhooks.subscribed`); None
     (the caller rolls back) when a mailbox is full. On PostgreSQL in one statement, one round
-    trip; on SQLite, where a statement costs no round trip, one by one."""
+    trip; on SQLite, where a statement costs no round trip, a statement for each mailbox's
+    charge, then the sources, the copies and the webhooks."""
     if tx.dialect != "postgresql":
         # Each mailbox charged once with what all its copies take: that fits exactly when each
         # copy's charge in turn would (sizes are never negative), in a statement a mailbox.
