@@ -5,8 +5,9 @@ PostgreSQL's index is left as it was."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from alembic import command
@@ -20,8 +21,11 @@ def _fts_sql(path: Path) -> str:
     return str(row[0])
 
 
-def _migrator(path: Path) -> tuple[Callable[[str, str], None], Callable[[], None]]:
-    """`run(step, target)`: Alembic's upgrade or downgrade on the file; and how to let it go."""
+@contextlib.contextmanager
+def _indexed_at(tmp_path: Path, revision: str) -> Iterator[tuple[Path, Callable[[str, str], None]]]:
+    """A database file at `revision` holding one indexed message (`_one_indexed_message`), and
+    `run(step, target)`: Alembic's upgrade or downgrade on it."""
+    path = tmp_path / "m.sqlite3"
     engine = migrate.sync_engine(f"sqlite:///{path}", schema="")
     config = migrate.alembic_config()
 
@@ -31,7 +35,12 @@ def _migrator(path: Path) -> tuple[Callable[[str, str], None], Callable[[], None
             getattr(command, step)(config, target)
             conn.commit()
 
-    return run, engine.dispose
+    try:
+        run("upgrade", revision)
+        _one_indexed_message(path)
+        yield path, run
+    finally:
+        engine.dispose()
 
 
 def _one_indexed_message(path: Path) -> None:
@@ -57,11 +66,7 @@ def _flagged_again(path: Path) -> None:
 
 
 def test_0012_remakes_the_fts_table_and_flags_every_message_again(tmp_path: Path) -> None:
-    path = tmp_path / "m.sqlite3"
-    run, dispose = _migrator(path)
-    try:
-        run("upgrade", "0011")
-        _one_indexed_message(path)
+    with _indexed_at(tmp_path, "0011") as (path, run):
         assert "unicode61" in _fts_sql(path)
 
         run("upgrade", "0012")
@@ -81,17 +86,10 @@ def test_0012_remakes_the_fts_table_and_flags_every_message_again(tmp_path: Path
 
         run("downgrade", "0011")
         assert "unicode61" in _fts_sql(path)
-    finally:
-        dispose()
 
 
 def test_0013_keeps_column_lists_and_flags_every_message_again(tmp_path: Path) -> None:
-    path = tmp_path / "m.sqlite3"
-    run, dispose = _migrator(path)
-    try:
-        run("upgrade", "0012")
-        _one_indexed_message(path)
-
+    with _indexed_at(tmp_path, "0012") as (path, run):
         run("upgrade", "0013")
         assert "'ascii', detail = column, columnsize = 0" in _fts_sql(path)
         _flagged_again(path)
@@ -117,5 +115,3 @@ def test_0013_keeps_column_lists_and_flags_every_message_again(tmp_path: Path) -
 
         run("downgrade", "0012")
         assert "'ascii', detail = none, columnsize = 0" in _fts_sql(path)
-    finally:
-        dispose()
