@@ -29,7 +29,6 @@ from inboxd.store.sql import (
     json_rows,
     name_statements,
     one_of,
-    rows_json,
     sa,
     schema,
     upsert,
@@ -268,12 +267,12 @@ async def save(tx: Tx, docs: Sequence[Doc]) -> list[str]:
         placed.append((doc, doc_id))
     await tx.execute(
         _INSERT_SEARCH,
-        rows=rows_json(
+        rows=[
             (doc_id, doc.message_id, doc.mailbox_id, doc.recipients, 1 if doc.has_attachments else 0)
             for doc, doc_id in placed
-        ),
+        ],
     )
-    await tx.execute(_INSERT_FTS, rows=rows_json((doc_id, _indexed_text(doc)) for doc, doc_id in placed))
+    await tx.execute(_INSERT_FTS, rows=[(doc_id, _indexed_text(doc)) for doc, doc_id in placed])
     return [doc.mailbox_id for doc, _ in placed]
 
 

@@ -81,7 +81,6 @@ __all__ = [
     "param",
     "row_pieces",
     "rows_insert",
-    "rows_json",
     "sa",
     "schema",
     "upsert",
@@ -346,23 +345,20 @@ def arrays(name: str, **columns: type[sa.types.TypeEngine[Any]]) -> Any:
 
 
 def json_rows(name: str, *columns: str) -> Any:
-    """SQLite: the rows passed as the one parameter `name`, a JSON array of arrays (`rows_json`),
-    as a table `name` of `columns`: a batch of rows in one statement, which SQLite steps once
-    where `executemany` steps, and lets go of the GIL, once a row (docs/performance.md, "The
-    writer's hand-overs"). SQLite keeps the last few JSON texts it parsed, so a row is parsed
-    once for all its columns."""
-    each = sa.func.json_each(sa.bindparam(name)).table_valued("value").alias(f"{name}_each")
+    """SQLite: the rows passed as the one list parameter `name` (a sequence of rows, each a
+    sequence of text and numbers; JSON has no bytes) as a table `name` of `columns`: a batch of
+    rows in one statement, which SQLite steps once where `executemany` steps, and lets go of the
+    GIL, once a row (docs/performance.md, "The writer's hand-overs"). SQLite keeps the last few
+    JSON texts it parsed, so a row is parsed once for all its columns."""
+    from inboxd.store.sql_compiler import list_param
+
+    each = sa.func.json_each(list_param(name)).table_valued("value").alias(f"{name}_each")
     value = each.c.value
     return (
         sa.select(*[sa.func.json_extract(value, f"$[{i}]").label(c) for i, c in enumerate(columns)])
         .select_from(each)
         .subquery(name)
     )
-
-
-def rows_json(rows: Iterable[Sequence[Any]]) -> str:
-    """The parameter `json_rows` reads: text, numbers and None only (JSON has no bytes)."""
-    return msgspec.json.encode(list(rows)).decode()
 
 
 # The row counts `rows_insert` statements are compiled for: a batch is cut into pieces of these

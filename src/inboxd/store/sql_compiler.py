@@ -17,7 +17,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter, ClauseElement, ColumnElement
 
-__all__ = ["compile_for", "one_of"]
+__all__ = ["compile_for", "list_param", "one_of"]
 
 
 class _Constants:
@@ -53,7 +53,7 @@ _DIALECTS = _dialects()
 
 
 class _IdList(sa.types.TypeDecorator[list[str]]):
-    """A list of text values bound as one parameter (`one_of`): a JSON array on SQLite."""
+    """A list bound as one parameter (`one_of`, `list_param`): a JSON array on SQLite."""
 
     impl = sa.Text
     cache_ok = True
@@ -90,9 +90,15 @@ class _OneOf(ColumnElement[bool]):
         return (self.column, self.values)
 
 
+def list_param(name: str) -> BindParameter[Any]:
+    """A parameter that takes a list (any iterable; on SQLite its items may be lists of text and
+    numbers too), which `Compiled.args` turns into what the driver takes: JSON on SQLite."""
+    return sa.bindparam(name, type_=_IdList())
+
+
 def one_of(column: ColumnElement[Any], name: str) -> ColumnElement[bool]:
     """`column` is one of the list passed as the parameter `name` (any iterable of text)."""
-    return _OneOf(column, sa.bindparam(name, type_=_IdList()))
+    return _OneOf(column, list_param(name))
 
 
 @compiles(_OneOf, "postgresql")

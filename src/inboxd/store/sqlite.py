@@ -359,14 +359,14 @@ class SqliteDatabase:
         _settle_all([(job, result, error) for job, (result, error) in zip(batch, outcomes, strict=True)])
 
     def _run_whole(self, conn: sqlite3.Connection, batch: list[_Job]) -> bool:
-        """The batch in one transaction without a savepoint per unit, which is how nearly every
-        batch ends (a savepoint and its release are two more statements a unit, each a hand-over
-        of the GIL): True when its callers were answered (it committed, or its BEGIN or COMMIT
-        failed, which fails every unit alike). When a unit fails, the
-        transaction is rolled back and False says to run the batch again, a savepoint per unit,
-        so the others still commit; a unit may therefore run twice, as a PostgreSQL unit retried
-        after a deadlock does (units touch nothing but their `Tx`). A batch of one unit needs no
-        second run: its failure is its answer."""
+        """The batch in one transaction without a savepoint per unit, adjacent `Joinable` units
+        as one call (`run_joined`), which is how nearly every batch ends (a savepoint and its
+        release are two more statements a unit, each a hand-over of the GIL): True when its
+        callers were answered (it committed, or its BEGIN or COMMIT failed, which fails every unit
+        alike). When a unit fails, the transaction is rolled back and False says to run the batch
+        again, each unit alone in a savepoint, so the others still commit; a unit may therefore run
+        twice, as a PostgreSQL unit retried after a deadlock does (units touch nothing but their
+        `Tx`). A batch of one unit needs no second run: its failure is its answer."""
         try:
             _begin_write(conn)
         except sqlite3.Error as exc:
