@@ -100,7 +100,8 @@ messages = sa.Table(
     # The message's tags separated by spaces (services/tags.py), read with the list row; the
     # `tag=` filter reads `message_tags` instead.
     sa.Column("tags", sa.Text, nullable=False, server_default=""),
-    sa.Index("ix_messages_list", "mailbox_id", "deleted", "created_at", "id"),
+    # A list page's keys (id, read mark, tags) and its expiry check come from the index alone (0014).
+    sa.Index("ix_messages_list", "mailbox_id", "deleted", "created_at", "id", "expires_at", "is_read", "tags"),
     sa.Index("ix_messages_expiry", "expired", "expires_at"),
     # A mailbox's messages past expiry not yet swept: their bytes already left `used` (due_sizes).
     sa.Index("ix_messages_due", "mailbox_id", "expired", "expires_at"),

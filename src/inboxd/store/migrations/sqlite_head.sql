@@ -1,4 +1,4 @@
--- inboxd schema at revision 0013
+-- inboxd schema at revision 0014
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -221,7 +221,7 @@ CREATE INDEX ix_message_tags_list ON message_tags (mailbox_id, tag, created_at, 
 CREATE INDEX ix_messages_deleted ON messages (deleted, id) WHERE deleted = 1;
 CREATE INDEX ix_messages_due ON messages (mailbox_id, expired, expires_at);
 CREATE INDEX ix_messages_expiry ON messages (expired, expires_at);
-CREATE INDEX ix_messages_list ON messages (mailbox_id, deleted, created_at, id);
+CREATE INDEX ix_messages_list ON messages (mailbox_id, deleted, created_at, id, expires_at, is_read, tags);
 CREATE INDEX ix_messages_unindexed ON messages (created_at) WHERE indexed = 0;
 CREATE INDEX ix_releases_message ON releases (message_id, created_at);
 CREATE INDEX ix_releases_user ON releases (user_id, created_at);
@@ -232,4 +232,4 @@ CREATE INDEX ix_webhook_deliveries_webhook ON webhook_deliveries (webhook_id, cr
 CREATE INDEX ix_webhook_jobs_due ON webhook_jobs (due_at);
 CREATE INDEX ix_webhook_jobs_webhook ON webhook_jobs (webhook_id);
 CREATE INDEX ix_webhooks_user ON webhooks (user_id, created_at);
-INSERT INTO alembic_version (version_num) VALUES ('0013');
+INSERT INTO alembic_version (version_num) VALUES ('0014');
