@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from bench.httpload import WrkResult, run_wrk
 from bench.rig import INBOXD_POSTGRES, MAILDEV, Rig
-from bench.servers import OWN_BUILD, BenchError, Build, Inboxd, MailDev, http_json, rss_mb
+from bench.servers import OWN_BUILD, BenchError, Build, Inboxd, MailDev, cpu_seconds, http_json, rss_mb
 
 FILL_CONNECTIONS = 32
 # MailDev exits on connection resets from 8 concurrent connections up (peers/README.md).
@@ -29,10 +29,20 @@ class ApiFigure:
     server_rss_mb: float
     bench_command: str
     failure: str = ""
+    # CPU-seconds the server spent while wrk ran (0 where not measured).
+    server_cpu: float = 0.0
 
     @property
     def ok(self) -> bool:
         return not self.failure and self.result is not None and not self.result.failure and not self.result.errors
+
+    @property
+    def per_cpu_second(self) -> float:
+        """Requests answered per CPU-second of the server: steadier than req/s on a machine whose
+        other work (wrk's included) takes cores from the server."""
+        if self.result is None or self.server_cpu <= 0:
+            return float("nan")
+        return self.result.requests / self.server_cpu
 
 
 def _command(rig: Rig, *, target: str, fill: int, connections: int, duration: float) -> str:
@@ -76,9 +86,11 @@ def measure_inboxd(
         http_json("GET", one_url, token=server.token)  # first open: full parse, kept
         figures = []
         for label, url in ((f"list page (30 of {fill})", list_url), ("single message", one_url)):
+            before = cpu_seconds(server.pid)
             result = run_wrk(rig.tools.wrk, url, connections=connections, duration=duration, token=server.token)
+            cpu = cpu_seconds(server.pid) - before
             path = url.removeprefix(server.base).replace(mailbox.id, "{id}").replace(message_id, "{msg}")
-            figures.append(ApiFigure(target, label, "GET " + path, result, rss_mb(server.pid), command))
+            figures.append(ApiFigure(target, label, "GET " + path, result, rss_mb(server.pid), command, server_cpu=cpu))
         return figures
     finally:
         server.stop()

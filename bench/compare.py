@@ -156,7 +156,9 @@ def rows(fill: int) -> tuple[Row, ...]:
         Row("ingest, msg per server CPU-second", "msg"),
         Row("ingest, msg/s", "msg/s"),
         Row(f"list page (30 of {fill:,}), req/s", "req/s"),
+        Row("list page, req per server CPU-second", "req"),
         Row("one message, req/s", "req/s"),
+        Row("one message, req per server CPU-second", "req"),
         Row("resident memory, idle, MB", "MB"),
     )
 
@@ -183,12 +185,13 @@ def measure_one(
             build=side.build,
         )
         found = {}
-        for row, figure in zip((2, 3), figures, strict=False):
+        for row, figure in zip((2, 4), figures, strict=False):
             if not figure.ok or figure.result is None:
                 raise BenchError(f"{figure.request}: {figure.failure or figure.result}")
             found[row] = figure.result.rps
+            found[row + 1] = figure.per_cpu_second
         return found
-    return {4: goals.start_seconds(rig, build=side.build)[2]}
+    return {6: goals.start_seconds(rig, build=side.build)[2]}
 
 
 def measure(

@@ -212,7 +212,9 @@ def test_bench_compare_builds_ref_apart_and_prints_the_ratio_table(tmp_path: Pat
         "ingest, msg per server CPU-second",
         "ingest, msg/s",
         "list page (30 of 100), req/s",
+        "list page, req per server CPU-second",
         "one message, req/s",
+        "one message, req per server CPU-second",
         "resident memory, idle, MB",
     ]
     for name, ref, tree, ratio in table[2:]:
