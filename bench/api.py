@@ -38,8 +38,8 @@ class ApiFigure:
 
     @property
     def per_cpu_second(self) -> float:
-        """Requests answered per CPU-second of the server: steadier than req/s on a machine whose
-        other work (wrk's included) takes cores from the server."""
+        """Requests answered per CPU-second of the server: req/s where the server's event loop is
+        busy throughout (SQLite), more where it waits (PostgreSQL)."""
         if self.result is None or self.server_cpu <= 0:
             return float("nan")
         return self.result.requests / self.server_cpu

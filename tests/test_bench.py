@@ -255,6 +255,22 @@ def test_bench_instructions_counts_a_servers_instructions_per_message() -> None:
 
 
 @pytest.mark.timeout(300)
+def test_bench_read_instructions_counts_a_servers_instructions_per_read() -> None:
+    """`bench/read_instructions.sh` fills a mailbox on the working tree's server under callgrind
+    and prints the instructions per list page and per message opened (tens of requests here; the
+    documented figures use 300 of each after a fill of 1,000)."""
+    env = {**os.environ, "R": "20", "FILL": "40"}
+    out = run_bench(
+        ["bash", str(ROOT / "bench/read_instructions.sh"), sys.executable, str(ROOT / "src")], timeout=280, env=env
+    )
+    found = re.search(r"list page \(30 of 40\) (\d+), one message (\d+)   \(20 requests each; ", out)
+    assert found, out
+    page, one = int(found[1]), int(found[2])
+    # A request costs hundreds of thousands of instructions, a page of 30 more than one message.
+    assert 100_000 < one < page < 20_000_000, (page, one)
+
+
+@pytest.mark.timeout(300)
 def test_bench_threads_splits_a_servers_cpu_by_thread_and_counts_its_writes() -> None:
     """`python -m bench.threads` runs the working tree's server as `make run` does, sends the bench's
     mail and prints each thread's CPU and the write calls per message (a few hundred messages and
