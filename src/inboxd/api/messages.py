@@ -43,9 +43,11 @@ async def _mailbox(request: Request, call: Call) -> Mailbox:
 )
 @endpoint(mailbox_token=True)
 async def list_messages(request: Request, call: Call) -> Response:
-    page = page_number(request)
-    read = call.services.messages.page_json_in(page, message_filter(request), _item_json)
-    items = await call.services.mailboxes.read_in(call.principal, request.path_params["mailbox"], read)
+    page, flt = page_number(request), message_filter(request)
+    messages = call.services.messages
+    read = messages.page_json_in(page, flt, _item_json)
+    aside = messages.reads_aside(flt)
+    items = await call.services.mailboxes.read_in(call.principal, request.path_params["mailbox"], read, aside=aside)
     # The bytes msgspec would give `schemas.MessagePage`, a join of items each encoded once.
     return encoded_json_response(b'{"messages":[%b],"page":%d}' % (b",".join(items), page))
 

@@ -217,9 +217,12 @@ class MailboxService:
         """The mailbox named by UUID or address, if this caller may reach it; else 404."""
         return await self.read_in(principal, ref, _itself, scope=scope)
 
-    async def read_in(self, principal: Principal, ref: str, work: InMailbox[T], *, scope: Scope = "token") -> T:
+    async def read_in(
+        self, principal: Principal, ref: str, work: InMailbox[T], *, scope: Scope = "token", aside: bool = False
+    ) -> T:
         """`work` on the mailbox `find` names, in the same read as the look-up: a request that
-        needs the mailbox only to read inside it (a page, a message) makes one trip to the store."""
+        needs the mailbox only to read inside it (a page, a message) makes one trip to the store.
+        `aside`: the read may walk many rows, and runs off the event loop (`Database.read_aside`)."""
         ref = ref.strip().lower()
 
         async def read(tx: Tx) -> T:
@@ -237,7 +240,7 @@ class MailboxService:
                 require_pro(principal.user)  # as /api/user/sandbox: a downgraded user keeps it, closed
             return await work(tx, mailbox)
 
-        return await self._db.read(read)
+        return await (self._db.read_aside if aside else self._db.read)(read)
 
     async def current(self, principal: Principal, ref: str, *, scope: Scope = "token") -> Mailbox:
         """`find`, with `used` as of now: an expired message's bytes leave it at its expiry."""

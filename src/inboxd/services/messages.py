@@ -32,6 +32,7 @@ from inboxd.services.rawcodec import decompress
 from inboxd.store import message_marks, message_sweeps
 from inboxd.store import messages as store
 from inboxd.store.db import Database, Tx
+from inboxd.store.search import reads_rows
 
 MAX_MARK_IDS = 200
 OFF_LOOP_BYTES = 256 * 1024
@@ -188,7 +189,14 @@ class MessageService:
 
     async def page(self, mailbox: Mailbox, page: int, flt: MessageFilter = NO_FILTER) -> list[MessageSummary]:
         read = self.page_in(page, flt)
-        return await self._db.read(lambda tx: read(tx, mailbox))
+        reader = self._db.read_aside if self.reads_aside(flt) else self._db.read
+        return await reader(lambda tx: read(tx, mailbox))
+
+    @staticmethod
+    def reads_aside(flt: MessageFilter) -> bool:
+        """Whether a list with `flt` is read off the event loop (`Database.read_aside`): a filter
+        that reads rows may walk up to its bound of them; any other list is a short indexed read."""
+        return reads_rows(flt)
 
     def page_in(self, page: int, flt: MessageFilter = NO_FILTER) -> InMailbox[list[MessageSummary]]:
         """One page as a read inside a mailbox, for `MailboxService.read_in`."""
@@ -242,7 +250,7 @@ class MessageService:
             store.page, mailbox_id=mailbox.id, page=1, now=self._clock(), flt=flt, size=1, scan_rows=self._scan_rows
         )
         try:
-            found = await self._db.read(read)
+            found = await (self._db.read_aside if self.reads_aside(flt) else self._db.read)(read)
         except FilterTooBroad:
             return None
         return found[0] if found else None

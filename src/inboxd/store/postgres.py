@@ -121,6 +121,10 @@ class PostgresDatabase:
         # asyncpg receives rows on the event loop whatever the caller does.
         return await self.read(work)
 
+    async def read_aside(self, work: Work[T]) -> T:
+        # PostgreSQL walks the rows in its own process; the event loop only awaits the answer.
+        return await self.read(work)
+
     async def write(self, work: Work[T]) -> T:
         if self._closed:
             raise StorageError("The database is closed.")
