@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from inboxd.errors import StorageError
 from inboxd.model import MessageFilter
 from inboxd.store import mailboxes as mailbox_store
 from inboxd.store import migrate
@@ -36,7 +37,7 @@ async def test_read_aside_runs_on_one_thread_of_its_own(tmp_path: Path) -> None:
         assert (await db.read(_where))[0] == threading.get_ident()  # other reads stay on the loop
     finally:
         await db.close()
-    with pytest.raises(Exception, match="closed"):
+    with pytest.raises(StorageError, match="closed"):
         await db.read_aside(_where)
 
 

@@ -9,6 +9,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar
 
 import msgspec
 
@@ -31,8 +32,10 @@ from inboxd.services.mailboxes import InMailbox
 from inboxd.services.rawcodec import decompress
 from inboxd.store import message_marks, message_sweeps
 from inboxd.store import messages as store
-from inboxd.store.db import Database, Tx
+from inboxd.store.db import Database, Tx, Work
 from inboxd.store.search import reads_rows
+
+T = TypeVar("T")
 
 MAX_MARK_IDS = 200
 OFF_LOOP_BYTES = 256 * 1024
@@ -189,14 +192,17 @@ class MessageService:
 
     async def page(self, mailbox: Mailbox, page: int, flt: MessageFilter = NO_FILTER) -> list[MessageSummary]:
         read = self.page_in(page, flt)
-        reader = self._db.read_aside if self.reads_aside(flt) else self._db.read
-        return await reader(lambda tx: read(tx, mailbox))
+        return await self.read_list(flt, lambda tx: read(tx, mailbox))
 
     @staticmethod
     def reads_aside(flt: MessageFilter) -> bool:
         """Whether a list with `flt` is read off the event loop (`Database.read_aside`): a filter
         that reads rows may walk up to its bound of them; any other list is a short indexed read."""
         return reads_rows(flt)
+
+    async def read_list(self, flt: MessageFilter, work: Work[T]) -> T:
+        """`work`, a read of a list with `flt`, on the event loop or aside (`reads_aside`)."""
+        return await (self._db.read_aside if self.reads_aside(flt) else self._db.read)(work)
 
     def page_in(self, page: int, flt: MessageFilter = NO_FILTER) -> InMailbox[list[MessageSummary]]:
         """One page as a read inside a mailbox, for `MailboxService.read_in`."""
@@ -250,7 +256,7 @@ class MessageService:
             store.page, mailbox_id=mailbox.id, page=1, now=self._clock(), flt=flt, size=1, scan_rows=self._scan_rows
         )
         try:
-            found = await (self._db.read_aside if self.reads_aside(flt) else self._db.read)(read)
+            found = await self.read_list(flt, read)
         except FilterTooBroad:
             return None
         return found[0] if found else None

@@ -41,7 +41,6 @@ from inboxd.services.messages import MessageService
 from inboxd.store import sandboxes as store
 from inboxd.store import users as user_store
 from inboxd.store.db import Database, Tx
-from inboxd.store.search import reads_rows
 
 USERNAME_PREFIX = "sbx_"
 ADDRESS_DOMAIN = "sandbox.invalid"
@@ -244,8 +243,7 @@ class SandboxService:
             flt=flt,
             scan_rows=self._settings.filter_scan_rows,
         )
-        # As MessageService.reads_aside: a filter that reads rows is read off the event loop.
-        return await (self._db.read_aside if reads_rows(flt) else self._db.read)(read)
+        return await self._messages.read_list(flt, read)
 
     async def mailbox(self, user: User) -> Mailbox:
         """The sandbox's mailbox (made on first use): what a wait listens on."""

@@ -122,6 +122,21 @@ def _begin_write(conn: sqlite3.Connection) -> None:
         pause = min(pause * 2, _BUSY_PAUSE_MAX)
 
 
+def _reading_connection(path: str) -> sqlite3.Connection:
+    """A connection with our pragmas that refuses to write (every reader's: the loop's, the
+    aside thread's, a large read's)."""
+    try:
+        conn = _sqlite_connect(path)
+    except sqlite3.Error as exc:
+        raise _sqlite_error(exc) from exc
+    try:
+        conn.execute("PRAGMA query_only=ON")
+    except sqlite3.Error as exc:
+        conn.close()
+        raise _sqlite_error(exc) from exc
+    return conn
+
+
 def _read_on(conn: sqlite3.Connection, work: Work[T]) -> T:
     """`work` in one read transaction, so a multi-statement read sees one snapshot."""
     try:
@@ -232,8 +247,7 @@ class SqliteDatabase:
         if self._closed:
             raise StorageError("The database is closed.")
         if self._reader is None:
-            self._reader = _sqlite_connect(self._path)
-            self._reader.execute("PRAGMA query_only=ON")
+            self._reader = _reading_connection(self._path)
         return _read_on(self._reader, work)
 
     async def read_large(self, work: Work[T]) -> T:
@@ -255,12 +269,7 @@ class SqliteDatabase:
 
     def _read_aside_on_thread(self, work: Work[T]) -> T:
         if self._aside_conn is None:
-            try:
-                conn = _sqlite_connect(self._path)
-                conn.execute("PRAGMA query_only=ON")
-            except sqlite3.Error as exc:
-                raise _sqlite_error(exc) from exc
-            self._aside_conn = conn
+            self._aside_conn = _reading_connection(self._path)
         return _read_on(self._aside_conn, work)
 
     def _close_aside(self) -> None:
@@ -269,15 +278,9 @@ class SqliteDatabase:
             self._aside_conn = None
 
     def _read_in_thread(self, work: Work[T]) -> T:
+        conn = _reading_connection(self._path)
         try:
-            conn = _sqlite_connect(self._path)
-        except sqlite3.Error as exc:
-            raise _sqlite_error(exc) from exc
-        try:
-            conn.execute("PRAGMA query_only=ON")
             return _read_on(conn, work)
-        except sqlite3.Error as exc:
-            raise _sqlite_error(exc) from exc
         finally:
             conn.close()
 
