@@ -7,22 +7,38 @@ TEST_STAMP := $(VENV)/.installed-test
 # The sign-in tests' OpenID Connect provider (npm oidc-provider), installed from the lock file.
 IDP_STAMP := tests/idp/node_modules/.package-lock.json
 
-.PHONY: run test lint typecheck pytest bench services clean client statements
+.PHONY: lock run test lint typecheck pytest bench services clean client statements
 
-$(BIN)/python:
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+# uv installs every Python package from uv.lock (hashes included); it comes itself from a hashed
+# pin, so nothing on a fresh machine is whatever the index serves that day. `uv sync --locked`
+# stops at once when uv.lock and pyproject.toml disagree (run `make lock`).
+UV_HOME := .uv
+UV := $(UV_HOME)/bin/uv
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+# pip's site configuration on this kind of machine adds local indexes uv does not read.
+export UV_NO_CONFIG := 1
 
-# setup.py builds the one C module (the search index's word set) into src/ for the editable install.
-BUILD_INPUTS := pyproject.toml setup.py src/inboxd/services/_words.c
-
-$(STAMP): $(BUILD_INPUTS) | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+$(UV): requirements-uv.txt
+	$(PY) -m venv $(UV_HOME)
+	$(UV_HOME)/bin/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements-uv.txt
 	touch $@
 
-$(TEST_STAMP): $(BUILD_INPUTS) | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test]'
+# setup.py builds the one C module (the search index's word set) into src/ for the editable install.
+BUILD_INPUTS := pyproject.toml uv.lock setup.py src/inboxd/services/_words.c
+
+# `make run` keeps the test extras if they are there (--inexact), so it never undoes `make test`'s.
+$(STAMP): $(BUILD_INPUTS) | $(UV)
+	$(UV) sync --quiet --locked --inexact --python $(PY)
+	touch $@
+
+$(TEST_STAMP): $(BUILD_INPUTS) | $(UV)
+	$(UV) sync --quiet --locked --extra test --python $(PY)
 	touch $@ $(STAMP)
+
+# Renews uv.lock with today's newest releases inside pyproject.toml's ranges, then runs the suite.
+lock: | $(UV)
+	$(UV) lock --upgrade
+	$(MAKE) --no-print-directory test
 
 run: $(STAMP)
 	$(BIN)/inboxd serve $(ARGS)
@@ -110,4 +126,4 @@ bench: $(TEST_STAMP) services $(LOAD_TOOLS)
 	$(BIN)/python -m bench goals
 
 clean:
-	rm -rf $(VENV) data tests/idp/node_modules tests/.nginx
+	rm -rf $(VENV) $(UV_HOME) data tests/idp/node_modules tests/.nginx
