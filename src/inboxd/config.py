@@ -109,6 +109,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     link_check_concurrency: int = 8
     link_check_rate: float = 120.0
     link_check_cache_ttl: float = 600.0
+    # Mail analysis (services/analysis.py: first detail build, checks' pure parts, the HTML view):
+    # `analysis_threads` threads of its own, apart from the pool ingest and Argon2 use, each user
+    # holding at most half of them; a report part answers `analysis_cut` after `analysis_budget` s.
+    analysis_threads: int = 2
+    analysis_budget: float = 20.0
     # Rendered images (services/render.py, the `inboxd[render]` extra): headless Chromium at this path,
     # `render_contexts` browser contexts (renders at once), each render bounded by `render_timeout`
     # seconds, the last `render_cache_size` images kept; remote content only when `render_remote`.
@@ -274,6 +279,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 "INBOXD_LINK_CHECK_CONCURRENCY and INBOXD_LINK_CHECK_RATE must be positive, "
                 "INBOXD_LINK_CHECK_MAX_REDIRECTS at least 0"
             )
+        if self.analysis_threads < 1 or self.analysis_budget <= 0:
+            raise SettingsError("INBOXD_ANALYSIS_THREADS and INBOXD_ANALYSIS_BUDGET must be positive")
         if self.render_contexts < 1 or self.render_timeout <= 0 or self.render_max_height < 320:
             raise SettingsError(
                 "INBOXD_RENDER_CONTEXTS and INBOXD_RENDER_TIMEOUT must be positive, "
