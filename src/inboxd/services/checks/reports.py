@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 Refresh = Literal["links", "all"] | None
 
 # Bumped when a report's shape or rules change, so kept reports are computed again.
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
