@@ -13,6 +13,7 @@ Field types, required fields and examples come from the structs in `api/schemas.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
@@ -264,8 +265,20 @@ class _Builder:
             return node
 
         resolved: dict[str, Any] = walk(document)
-        resolved.setdefault("components", {})["schemas"] = components
+        resolved.setdefault("components", {})["schemas"] = {
+            name: _cleaned_docstring(schema) for name, schema in components.items()
+        }
         return resolved
+
+
+def _cleaned_docstring(schema: dict[str, Any]) -> dict[str, Any]:
+    """A component whose description (a struct's docstring) is cleaned by the rule Python's own
+    `inspect.cleandoc` keeps: msgspec's cleaning has changed between releases (0.23 dedents the
+    lines after the first, 0.22 did not), and the document must not move with it."""
+    description = schema.get("description")
+    if not isinstance(description, str):
+        return schema
+    return {**schema, "description": inspect.cleandoc(description)}
 
 
 _QUERY_TYPES: dict[type, str] = {int: "integer", float: "number", bool: "boolean"}

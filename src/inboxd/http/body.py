@@ -44,14 +44,24 @@ async def read_json(request: Request, schema: type[S]) -> S:
         return msgspec.json.decode(body, type=schema)
     except msgspec.ValidationError as exc:
         raise InvalidRequest(f"Invalid field: {exc}.") from exc
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        # msgspec checks UTF-8 only when it builds a string, raising Python's own error before 0.23
+        # and a DecodeError since: the body is looked at again (on this error path only), so the
+        # answer never depends on msgspec's release or wording.
+        if not _is_utf8(body):
+            raise InvalidRequest("Malformed JSON: the body is not valid UTF-8.") from exc
         raise InvalidRequest(f"Malformed JSON: {exc}.") from exc
-    except UnicodeDecodeError as exc:
-        # msgspec checks UTF-8 only when it builds a string, and then raises Python's own error.
-        raise InvalidRequest("Malformed JSON: the body is not valid UTF-8.") from exc
     except RecursionError as exc:
         # msgspec skips an unknown key's value recursively: about a thousand nested objects, 6 KB.
         raise InvalidRequest("Malformed JSON: nested too deeply.") from exc
+
+
+def _is_utf8(body: bytes) -> bool:
+    try:
+        body.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 async def read_form(request: Request) -> dict[str, str]:
