@@ -48,6 +48,7 @@ class CaniemailData:
     version: str  # caniemail's last_update_date
     clients: tuple[tuple[str, str, str], ...]  # (family, platform, display name)
     features: dict[str, Feature]
+    tested: tuple[int, ...]  # per client: on how many features caniemail has a result for it
 
 
 @functools.cache
@@ -83,4 +84,8 @@ def load() -> CaniemailData:
             results=tuple(results),
             support=round(support_pct, 1),
         )
-    return CaniemailData(version=raw["last_update_date"], clients=clients, features=features)
+    tested = [0] * len(clients)
+    for feature in features.values():
+        for result in feature.results:
+            tested[result.client] += 1
+    return CaniemailData(version=raw["last_update_date"], clients=clients, features=features, tested=tuple(tested))

@@ -14,10 +14,16 @@ and ``style`` attributes with tinycss2 (``mail/checks/css.py``). What is detecte
   ``@font-face``, ``@import``, ``@keyframes``, ``@supports``), selectors (class, id, attribute,
   combinators, pseudo-classes and pseudo-elements) and comments.
 
-A client's support is the mean of its support of each feature the message uses (supported 1, partial
-0.5, unsupported 0; features it was never tested on are left out); the overall figure is the mean over
-the clients, each counted once: caniemail's data has no market share (Mailpit counts each tested
-version of each client and takes the worst feature weighted by its share of the message's elements).
+What counts and how loudly is decided by ``mail/checks/impact.py``: features whose loss the reader
+cannot see (a bare ``<body>``, ``lang``, ``role``, the doctype, ``target``) are not counted; a partial
+result whose notes name only values the message does not use counts as supported; clients caniemail
+tested on too few features are not judged. A client is judged on a message when caniemail tested it
+on at least half of the message's counted features; its support is the mean of its support of each of
+them (supported 1, partial 0.5, unsupported 0; features it was never tested on are left out); the
+overall figure is the mean over the judged clients, each counted once (caniemail's data has no market
+share). Every count in the part (the clients' list, the overall figure, the findings' "k of N") is over
+the same judged clients. A feature a judged client lacks is a warning when its loss moves or hides
+content (``impact.BREAKING``), information otherwise.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from selectolax.lexbor import LexborHTMLParser
 
 from inboxd.mail.checks.caniemail import CaniemailData, Feature, load
 from inboxd.mail.checks.css import inline_style, stylesheet
+from inboxd.mail.checks.impact import BREAKING, MIN_CLIENT_FEATURES, NOT_COUNTED, NoteConditions
 from inboxd.mail.checks.report import ClientResult, ClientSupport, Finding, HtmlFeature, HtmlPart, verdict_of
 
 __all__ = ["detect_features", "judge_html", "parse_html"]
@@ -154,6 +161,9 @@ _DATA_URL = re.compile(r"data:image/([\w.+-]+)", re.IGNORECASE)
 _COLOR_SCHEME_META = ("color-scheme", "supported-color-schemes")
 _DOCTYPE = re.compile(r"^\s*<!doctype", re.IGNORECASE)
 _BODY = re.compile(r"<body[\s>]", re.IGNORECASE)
+# Attributes of <body> that change nothing drawn: a body with only these is a bare body.
+_HIDDEN = re.compile(r"(?:^|[;\s])display\s*:\s*none\b", re.IGNORECASE)
+_QUIET_BODY_ATTRIBUTES = frozenset(("lang", "dir", "role", "xml:lang", "xmlns"))
 _MAX_WHERE = 3
 # Markup and CSS past these are not analysed: real mail stays far below them (Gmail clips at 102 KB)
 # and the caps bound the work a hostile body asks for (CSS costs about 3 ms a KB here, so 128 KB ~0.4 s).
@@ -167,6 +177,7 @@ class _Found:
     where: dict[str, list[str]] = field(default_factory=dict)
     css_left: int = _MAX_CSS  # characters of CSS still to analyse
     truncated: bool = False
+    css: list[str] = field(default_factory=list)  # the CSS analysed, for impact's notes on values
 
     def take_css(self, css: str) -> str:
         """What of ``css`` is analysed: all of it until the message's CSS budget is spent, then a
@@ -175,6 +186,8 @@ class _Found:
         self.css_left -= len(css)
         if len(allowed) < len(css):
             self.truncated = True
+        if allowed:
+            self.css.append(allowed)
         return allowed
 
     def add(self, slug: str, where: str, count: int = 1) -> None:
@@ -231,11 +244,20 @@ def _detect(html: str, tree: LexborHTMLParser | None) -> _Found:
         html = html[:_MAX_HTML]
     if _DOCTYPE.match(html):
         found.add("html-doctype", "<!DOCTYPE>")
-    if _BODY.search(html):
-        found.add("html-body", "<body>")
-    root = (tree if tree is not None else parse_html(html)).root
+    parsed = tree if tree is not None else parse_html(html)
+    root = parsed.root
     if root is None:
         return found
+    body = parsed.body
+    if _BODY.search(html) and body is not None:
+        # A bare <body> draws nothing a client could drop; one with a style, a background or a class does.
+        drawn = sorted(
+            name.lower()
+            for name in body.attributes
+            if name.lower() not in _QUIET_BODY_ATTRIBUTES and not name.lower().startswith("aria-")
+        )
+        if drawn:
+            found.add("html-body", f"<body {drawn[0]}>")
     for node in root.traverse(include_text=False):
         tag = node.tag or ""
         if tag == "-comment":
@@ -266,12 +288,19 @@ def _detect(html: str, tree: LexborHTMLParser | None) -> _Found:
             found.add("html-meta-color-scheme", '<meta name="color-scheme">')
         for name, value in attributes.items():
             name = name.lower()
+            if name == "dir" and (value or "").strip().lower() != "rtl":
+                continue  # dir=ltr is how the text runs anyway
             if name in _ATTRIBUTES and not (name in ("width", "height") and tag in ("svg", "rect", "circle")):
                 found.add(_ATTRIBUTES[name], f"<{tag} {name}>")
             if name == "style" and value:
                 style = found.take_css(value)
                 if style:
-                    _merge_css(found, inline_style(style))
+                    features = inline_style(style)
+                    if _HIDDEN.search(style):
+                        # Drawn only by a client that drops display:none (which counts): the rest of
+                        # its style (a preheader's opacity, max-height...) is never seen elsewhere.
+                        features = tuple(f for f in features if f[0] in ("css-display", "css-display-none"))
+                    _merge_css(found, features)
             elif value and (
                 (name == "src" and tag in ("img", "source", "input")) or (name == "background") or (name == "srcset")
             ):
@@ -288,8 +317,11 @@ def judge_html(html: str, tree: LexborHTMLParser | None = None) -> HtmlPart:
     if not html.strip():
         return HtmlPart(verdict="skipped", data_version=data.version, reason="the message has no HTML body")
     found = _detect(html, tree)
-    features = sorted((data.features[slug] for slug in found.counts if slug in data.features), key=lambda f: f.support)
-    part = _part(data, features, found.counts, found.where)
+    notes = NoteConditions(";".join(found.css))
+    features = [
+        data.features[s] for s in found.counts if s in data.features and s not in NOT_COUNTED and notes.draws(s)
+    ]
+    part = _part(data, features, found, notes)
     if not found.truncated:
         return part
     note = Finding(
@@ -301,66 +333,65 @@ def judge_html(html: str, tree: LexborHTMLParser | None = None) -> HtmlPart:
     return msgspec.structs.replace(part, findings=[*part.findings, note])
 
 
-def _part(data: CaniemailData, features: list[Feature], counts: Counter[str], where: dict[str, list[str]]) -> HtmlPart:
-    scores: dict[int, list[float]] = {}
+def _judged(data: CaniemailData, features: list[Feature]) -> set[int]:
+    """The clients judged on these features: tested by caniemail on enough features overall, and on
+    at least half of these (so no client's figure rests on one feature of many)."""
+    tested: Counter[int] = Counter(r.client for f in features for r in f.results)
+    return {
+        client
+        for client, count in tested.items()
+        if data.tested[client] >= MIN_CLIENT_FEATURES and 2 * count >= len(features)
+    }
+
+
+def _part(data: CaniemailData, features: list[Feature], found: _Found, notes: NoteConditions) -> HtmlPart:
+    judged = _judged(data, features)
+    scores: dict[int, list[float]] = {client: [] for client in judged}
     unsupported: Counter[int] = Counter()
     partial: Counter[int] = Counter()
     out_features: list[HtmlFeature] = []
-    findings: list[Finding] = []
+    findings: list[tuple[float, Finding]] = []
     for feature in features:
-        limited = []
+        limited: list[ClientResult] = []
+        no: list[str] = []
+        some: list[str] = []
+        values: list[float] = []
         for result in feature.results:
-            scores.setdefault(result.client, []).append(result.score)
-            if result.support == "unsupported":
-                unsupported[result.client] += 1
-            elif result.support == "partial":
-                partial[result.client] += 1
-            if result.support != "supported":
-                family, platform, _ = data.clients[result.client]
-                limited.append(
-                    ClientResult(
-                        client=family,
-                        platform=platform,
-                        version=result.version,
-                        support=result.support,
-                        notes=list(result.notes),
-                    )
+            if result.client not in judged:
+                continue
+            # A partial result whose notes name only values the message does not use drops nothing of it.
+            support = result.support
+            if support == "partial" and not notes.applies(result.notes):
+                support = "supported"
+            value = {"supported": 1.0, "partial": 0.5, "unsupported": 0.0}[support]
+            values.append(value)
+            scores[result.client].append(value)
+            if support == "supported":
+                continue
+            family, platform, name = data.clients[result.client]
+            (no if support == "unsupported" else some).append(name)
+            (unsupported if support == "unsupported" else partial)[result.client] += 1
+            limited.append(
+                ClientResult(
+                    client=family, platform=platform, version=result.version, support=support, notes=list(result.notes)
                 )
+            )
+        support_pct = round(100.0 * sum(values) / len(values), 1) if values else 100.0
         out_features.append(
             HtmlFeature(
                 slug=feature.slug,
                 title=feature.title,
                 url=feature.url,
                 category=feature.category,
-                count=counts[feature.slug],
-                where=where.get(feature.slug, []),
-                support=feature.support,
+                count=found.counts[feature.slug],
+                where=found.where.get(feature.slug, []),
+                support=support_pct,
                 results=limited,
             )
         )
-        no = [data.clients[r.client][2] for r in feature.results if r.support == "unsupported"]
-        some = [data.clients[r.client][2] for r in feature.results if r.support == "partial"]
-        place = (where.get(feature.slug) or [feature.title])[0]
-        if no:
-            findings.append(
-                Finding(
-                    severity="warning",
-                    code="html_unsupported",
-                    message=f"{feature.title} is not supported by {len(no)} of {len(feature.results)} clients: "
-                    + _names(no),
-                    where=place,
-                )
-            )
-        elif some:
-            findings.append(
-                Finding(
-                    severity="info",
-                    code="html_partial",
-                    message=f"{feature.title} is only partly supported by {len(some)} of {len(feature.results)} "
-                    "clients: " + _names(some),
-                    where=place,
-                )
-            )
+        finding = _finding(feature, found, no=no, some=some, clients=len(judged))
+        if finding is not None:
+            findings.append((support_pct, finding))
     clients = [
         ClientSupport(
             client=data.clients[index][0],
@@ -375,15 +406,47 @@ def _part(data: CaniemailData, features: list[Feature], counts: Counter[str], wh
     ]
     clients.sort(key=lambda c: (c.support, c.name))
     out_features.sort(key=lambda f: (f.support, f.slug))
+    ordered = [f for _, f in sorted(findings, key=lambda pair: (_SEVERITY_ORDER[pair[1].severity], pair[0]))]
     overall = round(sum(c.support for c in clients) / len(clients), 1) if clients else 100.0
     return HtmlPart(
-        verdict=verdict_of(findings),
+        verdict=verdict_of(ordered),
         support=overall,
         clients=clients,
         features=out_features,
-        findings=findings,
+        findings=ordered,
         data_version=data.version,
     )
+
+
+_SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def _finding(feature: Feature, found: _Found, *, no: list[str], some: list[str], clients: int) -> Finding | None:
+    """What the part says of one feature: a warning when a judged client lacks it and its loss moves
+    or hides content, information when the client only shows the message plainer or in part."""
+    place = (found.where.get(feature.slug) or [feature.title])[0]
+    if no:
+        breaking = feature.slug in BREAKING
+        return Finding(
+            severity="warning" if breaking else "info",
+            code="html_unsupported",
+            message=f"{feature.title} is not supported by {len(no)} of the {clients} clients judged: {_names(no)}"
+            + (
+                ". Their readers see the content moved or missing."
+                if breaking
+                else ". They show the message without it."
+            ),
+            where=place,
+        )
+    if some:
+        return Finding(
+            severity="info",
+            code="html_partial",
+            message=f"{feature.title} is only partly supported by {len(some)} of the {clients} clients judged: "
+            + _names(some),
+            where=place,
+        )
+    return None
 
 
 def _names(names: list[str], limit: int = 6) -> str:
