@@ -21,16 +21,21 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 
 from inboxd.config import Settings
+from inboxd.mail.checks.report_parts import auth_part, links_part, signatures_part, spam_part
 from inboxd.model import Mailbox
 from inboxd.services.messages import MessageService
 from inboxd.store import messages as store
 from inboxd.store.db import Database, Tx
 
 if TYPE_CHECKING:
-    from inboxd.mail.checks.report import AuthPart, CheckReport, DkimSignature, LinkItem, LinksPart, SpamPart
-    from inboxd.services.checks.auth import AuthChecker, AuthOutcome, DkimOutcome, SignaturesOutcome
-    from inboxd.services.checks.links import LinkChecker, LinkStatus
-    from inboxd.services.checks.spam import SpamChecker, SpamResult
+    from inboxd.mail.checks.report import CheckReport
+    from inboxd.services.checks.auth import AuthChecker
+    from inboxd.services.checks.links import LinkChecker
+    from inboxd.services.checks.spam import SpamChecker
+
+# The checker-to-report mapping lives beside the report (mail/checks/report_parts.py); named here
+# too for the callers that import it from the service (`inboxd check`, tests).
+__all__ = ["CheckService", "Refresh", "auth_part", "links_part", "signatures_part", "spam_part"]
 
 Refresh = Literal["links", "all"] | None
 
@@ -156,158 +161,3 @@ def _decode(text: str, kind: type[CheckReport]) -> CheckReport | None:
         return msgspec.json.decode(stored.report, type=kind)
     except msgspec.DecodeError:
         return None
-
-
-# --- from the checkers' results to the report's parts ---------------------------------------------
-
-
-def links_part(items: list[LinkItem], statuses: list[LinkStatus]) -> LinksPart:
-    from inboxd.mail.checks.report import Finding, LinksPart, verdict_of
-
-    checked: list[LinkItem] = []
-    findings: list[Finding] = []
-    for item, status in zip(items, statuses, strict=True):
-        checked.append(
-            msgspec.structs.replace(
-                item, status=status.status, final_url=status.final_url, ms=status.ms, error=status.error
-            )
-        )
-        what = "image" if item.kind == "image" else "link"
-        if status.outcome == "broken":
-            findings.append(
-                Finding(
-                    severity="error",
-                    code="link_broken",
-                    message=f"The {what} is broken: {status.error}.",
-                    where=item.url,
-                )
-            )
-        elif status.outcome == "redirect_loop":
-            findings.append(
-                Finding(
-                    severity="error",
-                    code="link_redirect_loop",
-                    message=f"The {what}'s redirects do not end: {status.error}.",
-                    where=item.url,
-                )
-            )
-        elif status.outcome == "private_refused":
-            findings.append(
-                Finding(
-                    severity="warning",
-                    code="link_private_refused",
-                    message=f"The {what} points at a private, loopback or link-local address; it was not "
-                    "fetched (INBOXD_LINK_CHECK_ALLOW_PRIVATE=true lifts this on a laptop).",
-                    where=item.url,
-                )
-            )
-        elif status.outcome == "skipped" and status.error and "rate" in status.error:
-            findings.append(
-                Finding(severity="info", code="link_not_checked", message=f"{status.error}.", where=item.url)
-            )
-    return LinksPart(verdict=verdict_of(findings), items=checked, findings=findings)
-
-
-def spam_part(result: SpamResult | None) -> SpamPart:
-    from inboxd.mail.checks.report import Finding, SpamPart, SpamSymbol, verdict_of
-
-    if result is None:
-        return SpamPart(verdict="skipped", configured=False, reason="no spam filter is configured (INBOXD_RSPAMD_URL)")
-    if result.error is not None:
-        finding = Finding(severity="warning", code="spam_check_failed", message=f"{result.error}.")
-        return SpamPart(verdict="warning", configured=True, findings=[finding], reason=result.error)
-    findings = []
-    if result.action == "reject":
-        findings.append(
-            Finding(
-                severity="error",
-                code="spam_rejected",
-                message=f"rspamd would reject this message (score {result.score} of {result.required}).",
-            )
-        )
-    elif result.action not in (None, "no action"):
-        findings.append(
-            Finding(
-                severity="warning",
-                code="spam_flagged",
-                message=f"rspamd's action is '{result.action}' (score {result.score} of {result.required}).",
-            )
-        )
-    return SpamPart(
-        verdict=verdict_of(findings),
-        configured=True,
-        score=result.score,
-        required=result.required,
-        action=result.action,
-        symbols=[SpamSymbol(name=s.name, score=s.score, description=s.description) for s in result.symbols],
-        findings=findings,
-    )
-
-
-def auth_part(result: AuthOutcome) -> AuthPart:
-    from inboxd.mail.checks.report import (
-        ArcResult,
-        AuthPart,
-        DmarcResult,
-        Finding,
-        SpfResult,
-        verdict_of,
-    )
-
-    findings = [Finding(severity=s, code=c, message=m, where=w) for s, c, m, w in result.findings]
-    spf = result.spf
-    return AuthPart(
-        verdict=verdict_of(findings),
-        spf=None
-        if spf is None
-        else SpfResult(
-            result=spf.result,
-            domain=spf.domain,
-            client_ip=spf.client_ip,
-            helo=spf.helo,
-            mail_from=spf.mail_from,
-            explanation=spf.explanation,
-        ),
-        dkim=_signatures(result.dkim),
-        dmarc=DmarcResult(
-            result=result.dmarc.result,
-            domain=result.dmarc.domain,
-            policy=result.dmarc.policy,
-            spf_aligned=result.dmarc.spf_aligned,
-            dkim_aligned=result.dmarc.dkim_aligned,
-        ),
-        arc=ArcResult(result=result.arc.result, instances=result.arc.instances),
-        authentication_results=result.authentication_results,
-        findings=findings,
-    )
-
-
-def signatures_part(result: SignaturesOutcome) -> AuthPart:
-    """The authentication part of a message file (`inboxd check`): DKIM and ARC; SPF and DMARC
-    absent (not run, as its findings say)."""
-    from inboxd.mail.checks.report import ArcResult, AuthPart, Finding, verdict_of
-
-    findings = [Finding(severity=s, code=c, message=m, where=w) for s, c, m, w in result.findings]
-    return AuthPart(
-        verdict=verdict_of(findings),
-        dkim=_signatures(result.dkim),
-        arc=ArcResult(result=result.arc.result, instances=result.arc.instances),
-        authentication_results=result.authentication_results,
-        findings=findings,
-    )
-
-
-def _signatures(found: list[DkimOutcome]) -> list[DkimSignature]:
-    from inboxd.mail.checks.report import DkimSignature
-
-    return [
-        DkimSignature(
-            domain=d.domain,
-            selector=d.selector,
-            result=d.result,
-            algorithm=d.algorithm,
-            body_hash=d.body_hash,
-            error=d.error,
-        )
-        for d in found
-    ]
