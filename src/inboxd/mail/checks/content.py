@@ -1,7 +1,10 @@
 """Content checks: what a receiver or a reader would object to in the headers and bodies.
 
 Codes (severity): ``missing_list_unsubscribe`` and ``missing_one_click_unsubscribe`` (RFC 8058: an https
-URL in ``List-Unsubscribe`` and ``List-Unsubscribe-Post: List-Unsubscribe=One-Click``), ``missing_message_id``
+URL in ``List-Unsubscribe`` and ``List-Unsubscribe-Post: List-Unsubscribe=One-Click``; warnings for bulk
+mail, which carries ``List-Id``, ``Precedence: bulk`` or ``list``, or an unsubscribe link in a body, and
+information otherwise: a password reset needs neither), ``color_without_background`` (info: text given a
+colour with no background behind it, which a client in dark mode may leave unreadable), ``missing_message_id``
 and ``malformed_message_id``, ``missing_date`` and ``malformed_date`` (errors), ``missing_text_part``,
 ``html_clipped`` (Gmail clips HTML over 102 KB), ``missing_alt``, ``broken_cid`` (error),
 ``reply_to_domain_differs`` (From, Reply-To and Return-Path in different organisational domains),
@@ -14,10 +17,11 @@ import re
 from email.utils import getaddresses, parsedate_to_datetime
 from urllib.parse import unquote
 
-from selectolax.lexbor import LexborHTMLParser
+from selectolax.lexbor import LexborHTMLParser, LexborNode
 
+from inboxd.mail.checks.html import parse_html
 from inboxd.mail.checks.links import header_values, list_unsubscribe_urls
-from inboxd.mail.checks.report import ContentPart, Finding, verdict_of
+from inboxd.mail.checks.report import ContentPart, Finding, Severity, verdict_of
 from inboxd.mail.parse import ParsedMessage
 
 __all__ = ["GMAIL_CLIP_BYTES", "LARGE_MESSAGE_BYTES", "judge_content", "organisational_domain"]
@@ -28,6 +32,17 @@ _MAX_FINDINGS_PER_CODE = 20
 _MAX_ADDRESS_HEADER = 4096
 _MESSAGE_ID = re.compile(r"^\s*<[^<>@\s]+@[^<>@\s]+>\s*$")
 _HEADER_END = re.compile(rb"\r?\n\r?\n")
+_UNSUBSCRIBE = re.compile(r"unsubscribe|opt[-_ ]?out", re.IGNORECASE)
+_TEXT_UNSUBSCRIBE = re.compile(r"https?://[^\s<>\"']{0,300}(?:unsubscribe|opt[-_]?out)", re.IGNORECASE)
+_BULK_PRECEDENCE = frozenset(("bulk", "list"))
+# Dark mode: a colour is read from inline styles and <font color>; a background from inline styles and
+# the bgcolor and background attributes. A <style> sheet that gives html, body or every element a
+# background covers the whole message (rules on classes are not matched to elements: not checked).
+_SHEET_BACKGROUND = re.compile(r"(?:^|[},\s])(?:html|body|\*)[^{}]{0,100}\{[^}]{0,500}background", re.IGNORECASE)
+_MAX_SHEET = 128 * 1024  # characters of <style> read for a background, as the HTML check reads CSS
+_NO_BACKGROUND = frozenset(("none", "transparent", "inherit", "initial", "unset", "revert"))
+_MAX_COLOUR_CANDIDATES = 200  # coloured elements looked at for text
+_TEXT_LOOKUP_NODES = 64  # nodes of a coloured element's subtree looked at for text before assuming it has some
 # Second-level labels under which a country code top-level domain registers names (example.co.uk):
 # the organisational domain then has three labels. A public suffix list would be exact; this covers
 # the common cases without one.
@@ -67,13 +82,36 @@ def _eight_bit_headers(raw: bytes) -> list[str]:
     return names
 
 
-def _unsubscribe(parsed: ParsedMessage) -> list[Finding]:
+def _bulk(parsed: ParsedMessage, tree: LexborHTMLParser | None) -> str:
+    """Why the message is bulk mail ("" when nothing says so): List-Id, Precedence: bulk or list, or an
+    unsubscribe link in a body. Only bulk mail needs List-Unsubscribe (Gmail's and Yahoo's rules)."""
+    if header_values(parsed, "List-Id"):
+        return "it has a List-Id"
+    if any(v.strip().lower() in _BULK_PRECEDENCE for v in header_values(parsed, "Precedence")):
+        return "its Precedence says bulk mail"
+    for node in tree.css("a[href]") if tree is not None else ():
+        if _UNSUBSCRIBE.search(node.attributes.get("href") or "") or _UNSUBSCRIBE.search(node.text()[:200]):
+            return "its body has an unsubscribe link"
+    if _TEXT_UNSUBSCRIBE.search(parsed.text_body):
+        return "its body has an unsubscribe link"
+    return ""
+
+
+def _unsubscribe(parsed: ParsedMessage, tree: LexborHTMLParser | None) -> list[Finding]:
+    bulk = _bulk(parsed, tree)
+    severity: Severity = "warning" if bulk else "info"
+    why = (
+        f" The message is bulk mail ({bulk})."
+        if bulk
+        else " Nothing marks this message as bulk mail (no List-Id, Precedence or unsubscribe link), so it may "
+        "do without."
+    )
     if not header_values(parsed, "List-Unsubscribe"):
         return [
             Finding(
-                severity="warning",
+                severity=severity,
                 code="missing_list_unsubscribe",
-                message="There is no List-Unsubscribe header: Gmail and Yahoo require one of bulk senders.",
+                message="There is no List-Unsubscribe header: Gmail and Yahoo require one of bulk senders." + why,
                 where="List-Unsubscribe",
             )
         ]
@@ -88,9 +126,9 @@ def _unsubscribe(parsed: ParsedMessage) -> list[Finding]:
         return []
     return [
         Finding(
-            severity="warning",
+            severity=severity,
             code="missing_one_click_unsubscribe",
-            message="One-click unsubscribe (RFC 8058) needs " + " and ".join(missing) + ".",
+            message="One-click unsubscribe (RFC 8058) needs " + " and ".join(missing) + "." + why,
             where="List-Unsubscribe-Post" if https else "List-Unsubscribe",
         )
     ]
@@ -211,12 +249,85 @@ def _images(tree: LexborHTMLParser, parsed: ParsedMessage) -> list[Finding]:
     return findings
 
 
+def _declarations(style: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for declaration in style[:4096].split(";"):
+        name, colon, value = declaration.partition(":")
+        if colon:
+            out[name.strip().lower()] = value.strip().lower().removesuffix("!important").strip()
+    return out
+
+
+def _has_text(node: LexborNode) -> bool:
+    """Whether text shows under ``node``: its first few descendants are read, and past them it is
+    assumed (a coloured element is almost always there for its text), so the cost stays bounded."""
+    pending = [node.child] if node.child is not None else []
+    for _ in range(_TEXT_LOOKUP_NODES):
+        if not pending:
+            return False
+        current = pending.pop()
+        if current.next is not None:
+            pending.append(current.next)
+        if current.tag == "-text":
+            if (current.text_content or "").strip():
+                return True
+        elif current.child is not None:
+            pending.append(current.child)
+    return True
+
+
+def _colour_without_background(tree: LexborHTMLParser) -> list[Finding]:
+    """Text given a colour with nothing behind it but the client's own background: in dark mode a
+    client that darkens the background and keeps the colour (or lightens it and keeps a light one)
+    leaves it unreadable. One walk of the tree, each element's background inherited by its children."""
+    sheets = "\n".join(node.text(deep=True) for node in tree.css("style"))[:_MAX_SHEET]
+    if _SHEET_BACKGROUND.search(sheets):
+        return []
+    found: list[tuple[str, str]] = []
+    looked = 0
+    stack = [(tree.root, False)] if tree.root is not None else []
+    while stack and len(found) < _MAX_FINDINGS_PER_CODE:
+        node, behind = stack.pop()
+        tag = node.tag or ""
+        if tag.startswith("-"):
+            continue  # text, comments
+        attributes = node.attributes
+        style = _declarations(attributes.get("style") or "")
+        background = style.get("background-color") or style.get("background") or style.get("background-image")
+        here = behind or bool(attributes.get("bgcolor") or attributes.get("background"))
+        here = here or (background is not None and background not in _NO_BACKGROUND)
+        colour = style.get("color") or (attributes.get("color") if tag == "font" else None)
+        if colour and not here and colour not in _NO_BACKGROUND and looked < _MAX_COLOUR_CANDIDATES:
+            looked += 1
+            if _has_text(node):
+                found.append((tag, colour[:40]))
+        children = []
+        child = node.child
+        while child is not None:
+            children.append(child)
+            child = child.next
+        stack.extend((c, here) for c in reversed(children))
+    return [
+        Finding(
+            severity="info",
+            code="color_without_background",
+            message=f"Text colour {colour} is set on <{tag}> with no background behind it: in dark mode a client "
+            "that darkens the background may keep the colour and leave the text unreadable. Give it, or an element "
+            "around it, a background colour (bgcolor on a table cell works everywhere).",
+            where=f"<{tag}> color: {colour}",
+        )
+        for tag, colour in found
+    ]
+
+
 def judge_content(
     raw: bytes, parsed: ParsedMessage, tree: LexborHTMLParser | None = None, *, mail_from: str | None = None
 ) -> ContentPart:
     """The content part. ``parsed`` is ``parse_message(raw)``, ``tree`` the parsed HTML body when the
     caller has it, ``mail_from`` the envelope sender when known (else the Return-Path header is read)."""
-    findings = _unsubscribe(parsed) + _identity(parsed)
+    if tree is None and parsed.html_body.strip():
+        tree = parse_html(parsed.html_body)
+    findings = _unsubscribe(parsed, tree) + _identity(parsed)
     html_size = len(parsed.html_body.encode("utf-8", "replace"))
     if parsed.html_body.strip():
         if not parsed.text_body.strip():
@@ -239,7 +350,9 @@ def judge_content(
                     where="text/html",
                 )
             )
-        findings += _images(tree if tree is not None else LexborHTMLParser(parsed.html_body), parsed)
+        if tree is not None:
+            findings += _images(tree, parsed)
+            findings += _colour_without_background(tree)
     findings += _domains_differ(parsed, mail_from)
     findings += [
         Finding(
