@@ -449,6 +449,6 @@ def _finding(feature: Feature, found: _Found, *, no: list[str], some: list[str],
     return None
 
 
-def _names(names: list[str], limit: int = 6) -> str:
+def _names(names: list[str], limit: int = 10) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
