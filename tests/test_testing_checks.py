@@ -48,6 +48,31 @@ def test_everything_that_fell_short(inboxd, mailbox):
     msg.assert_checks(html_support=99.5, spam_score_below=5, links="ok", dkim="pass", content="no-errors")
 
 
+def sign_up(to):
+    # The README's example: a minimal sign-up mail, HTML with a text alternative.
+    m = EmailMessage()
+    m["From"] = "Acme <no-reply@acme.example>"
+    m["To"] = to
+    m["Subject"] = "Your sign-up code"
+    m["Message-ID"] = "<sign-up-1@acme.example>"
+    m["Date"] = "Thu, 26 Nov 2026 05:00:00 +0000"
+    m.set_content("Welcome! Your code is 123456.")
+    m.add_alternative(
+        '<!DOCTYPE html><html lang="en"><body><p>Welcome!</p><p>Your code is <strong>123456</strong>.</p>'
+        '<p><a href="https://acme.example/verify" target="_blank">Verify in one click</a></p></body></html>',
+        subtype="html",
+    )
+    return m
+
+
+def test_the_readme_example(inboxd, mailbox):
+    with smtplib.SMTP(inboxd.smtp_host, inboxd.smtp_port) as smtp:
+        smtp.send_message(sign_up(mailbox.address))
+    msg = mailbox.wait_for(subject="sign-up", timeout=20)
+    report = msg.assert_checks(html_support=90, content="ok")
+    assert report.html.verdict == "ok" and report.html.support >= 90
+
+
 def test_a_sandbox_message(sandbox):
     with smtplib.SMTP(sandbox.smtp_host, sandbox.smtp_port) as smtp:
         smtp.login(sandbox.username, sandbox.password)
@@ -60,7 +85,7 @@ def test_a_sandbox_message(sandbox):
 def test_checks_and_assert_checks_in_a_test_suite(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_app=CHECKS_SUITE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=240)
-    result.assert_outcomes(passed=1, failed=2)
+    result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines(
         [
             "E * inboxd: message 'Your receipt' fell short of its checks:",
