@@ -102,12 +102,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     # Message checks (services/checks): links are fetched on request only, through the webhooks'
     # address guard unless `link_check_allow_private`; at most `link_check_rate` URLs per minute and
-    # user, `link_check_concurrency` at once, each answer kept `link_check_cache_ttl` seconds.
+    # user, `link_check_concurrency` at once server-wide and `link_check_user_concurrency` per user,
+    # each definite answer kept `link_check_cache_ttl` seconds. A rate of 0 (the default), or one
+    # above what can drain, is `link_check_user_concurrency * 60 / link_check_timeout`.
     link_check_allow_private: bool = False
     link_check_timeout: float = 10.0
     link_check_max_redirects: int = 10
-    link_check_concurrency: int = 8
-    link_check_rate: float = 120.0
+    link_check_concurrency: int = 16
+    link_check_user_concurrency: int = 4
+    link_check_rate: float = 0.0
     link_check_cache_ttl: float = 600.0
     # Mail analysis (services/analysis.py: first detail build, checks' pure parts, the HTML view):
     # `analysis_threads` threads of its own, apart from the pool ingest and Argon2 use, each user
@@ -274,10 +277,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             self.metrics_address  # noqa: B018 - a value that is not host:port stops the start here
         if self.rspamd_url and urlsplit(self.rspamd_url).scheme not in ("http", "https"):
             raise SettingsError(f"INBOXD_RSPAMD_URL: {self.rspamd_url!r} is not an http(s) URL")
-        if self.link_check_concurrency < 1 or self.link_check_rate <= 0 or self.link_check_max_redirects < 0:
+        if (
+            self.link_check_concurrency < 1
+            or self.link_check_user_concurrency < 1
+            or self.link_check_rate < 0
+            or self.link_check_max_redirects < 0
+            or self.link_check_timeout <= 0
+        ):
             raise SettingsError(
-                "INBOXD_LINK_CHECK_CONCURRENCY and INBOXD_LINK_CHECK_RATE must be positive, "
-                "INBOXD_LINK_CHECK_MAX_REDIRECTS at least 0"
+                "INBOXD_LINK_CHECK_CONCURRENCY, INBOXD_LINK_CHECK_USER_CONCURRENCY and INBOXD_LINK_CHECK_TIMEOUT "
+                "must be positive, INBOXD_LINK_CHECK_RATE and INBOXD_LINK_CHECK_MAX_REDIRECTS at least 0"
             )
         if self.analysis_threads < 1 or self.analysis_budget <= 0:
             raise SettingsError("INBOXD_ANALYSIS_THREADS and INBOXD_ANALYSIS_BUDGET must be positive")

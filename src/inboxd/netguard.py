@@ -13,6 +13,12 @@ shared (100.64.0.0/10) ranges, in IPv4 and IPv6, and the same ranges wrapped in 
 IPv4-mapped (::ffff:0:0/96), 6to4 (2002::/16) or NAT64 (64:ff9b::/96) addresses. IP literals
 are recognised in every notation the C resolver accepts (`2130706433`, `0x7f000001`,
 `0177.0.0.1`, `127.1`, `[::ffff:127.0.0.1]`), since the connecting side would accept them too.
+
+Names are resolved with the loop's `getaddrinfo` (the default executor's threads) unless the
+caller gives a `lookup`: the link check gives `AsyncLookup` (dnspython's asynchronous resolver
+over `INBOXD_DNS_NAMESERVERS`), because a lookup of a black-holed name then holds no thread and
+is cancelled with the fetch, where a `getaddrinfo` thread runs on for the resolver's whole
+timeout and makes everything else that uses the default pool (ingest, password hashing) wait.
 """
 
 from __future__ import annotations
@@ -21,9 +27,17 @@ import asyncio
 import ipaddress
 import re
 import socket
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiohttp.abc import AbstractResolver, ResolveResult
+
+if TYPE_CHECKING:
+    import dns.asyncresolver
+
+# `lookup(host)`: the host's addresses as text; raises ResolutionFailed.
+Lookup = Callable[[str], Awaitable[list[str]]]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -105,7 +119,68 @@ def is_blocked(address: IPAddress) -> bool:
     )
 
 
-async def resolve_checked(host: str, port: int, *, allow_private: bool) -> Target:
+class AsyncLookup:
+    """A host's A and AAAA records through dnspython's asynchronous resolver (`nameservers`, the
+    system's when empty): no thread, cancelled with its caller. `localhost` and `*.localhost` are
+    loopback without asking (RFC 6761 §6.3), as the system's resolver answers them from its hosts
+    file; other hosts-file names are not known here."""
+
+    def __init__(self, *, nameservers: Sequence[str], timeout: float) -> None:
+        self._nameservers = list(nameservers)
+        self._timeout = timeout
+        self._resolver: dns.asyncresolver.Resolver | None = None
+
+    def _get_resolver(self) -> dns.asyncresolver.Resolver:
+        # Built on first use (dnspython is loaded by the first link check, not at start).
+        if self._resolver is None:
+            import dns.asyncresolver
+
+            from inboxd.dns import parse_nameserver
+
+            resolver = dns.asyncresolver.Resolver(configure=not self._nameservers)
+            if self._nameservers:
+                resolver.nameservers = [parse_nameserver(s) for s in self._nameservers]
+            resolver.timeout = self._timeout
+            resolver.lifetime = self._timeout
+            resolver.cache = None
+            self._resolver = resolver
+        return self._resolver
+
+    async def __call__(self, host: str) -> list[str]:
+        import dns.exception
+        import dns.resolver
+
+        name = host.rstrip(".").lower()
+        if name == "localhost" or name.endswith(".localhost"):
+            return ["127.0.0.1", "::1"]
+        resolver = self._get_resolver()
+
+        async def one(rdtype: str) -> list[str]:
+            try:
+                answer = await resolver.resolve(name, rdtype, search=False)
+            except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
+                return []
+            return [r.address for r in answer]
+
+        try:
+            v4, v6 = await asyncio.gather(one("A"), one("AAAA"))
+        except dns.exception.Timeout as exc:
+            raise ResolutionFailed(f"{host}: the DNS lookup timed out") from exc
+        except (dns.exception.DNSException, UnicodeError, ValueError) as exc:
+            raise ResolutionFailed(f"{host}: {exc}") from exc
+        return v4 + v6
+
+
+async def _getaddrinfo(host: str, port: int) -> list[str]:
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ResolutionFailed(f"{host}: {exc}") from exc
+    return [str(sockaddr[0]) for _family, _type, _proto, _name, sockaddr in infos]
+
+
+async def resolve_checked(host: str, port: int, *, allow_private: bool, lookup: Lookup | None = None) -> Target:
     """Resolve `host` once and check every address; raises AddressRefused or ResolutionFailed.
 
     Every address must pass: a name with one public and one private address is refused, so the
@@ -115,14 +190,13 @@ async def resolve_checked(host: str, port: int, *, allow_private: bool) -> Targe
     if literal is not None:
         candidates: list[IPAddress] = [literal]
     else:
-        loop = asyncio.get_running_loop()
-        try:
-            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except (socket.gaierror, UnicodeError) as exc:
-            raise ResolutionFailed(f"{host}: {exc}") from exc
+        found_text = await (lookup(host) if lookup is not None else _getaddrinfo(host, port))
         candidates = []
-        for _family, _type, _proto, _name, sockaddr in infos:
-            found = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+        for text in found_text:
+            try:
+                found = ipaddress.ip_address(text.split("%", 1)[0])
+            except ValueError as exc:
+                raise ResolutionFailed(f"{host}: {exc}") from exc
             if found not in candidates:
                 candidates.append(found)
         if not candidates:

@@ -6,15 +6,27 @@ guard (`netguard.py`: private, loopback and link-local addresses refused, litera
 answers both) unless `link_check_allow_private`. The connection then goes to the addresses the
 guard checked (`PinnedResolver`), never to a second DNS answer.
 
-Bounded: `link_check_rate` URLs per minute and user (a token bucket; the URLs of a report beyond
-it are not fetched and say so), `link_check_concurrency` fetches at once for the whole server,
-`link_check_timeout` seconds per URL (all hops), and each outcome kept `link_check_cache_ttl`
-seconds per URL (at most `_CACHE_SIZE` URLs) so a refreshed report does not hammer a site.
+Bounded per user, so one user's black-holed links never make another user's checks wait:
+`link_check_user_concurrency` fetches of one user at once, `link_check_concurrency` for the whole
+server (`gate.UserGate`: a user waits for its own slots first), `link_check_timeout` seconds per
+URL (all hops, DNS included), and `link_check_rate` URLs per minute and user (a token bucket; the
+URLs of a report beyond it are not fetched and say so). The rate is never above what can drain:
+a user's `link_check_user_concurrency` fetches each end within `link_check_timeout`, so at most
+`user_concurrency * 60 / timeout` URLs a minute get through (`drain_rate`); a higher rate would
+only queue fetches that then time out. Host names are resolved with dnspython's asynchronous
+resolver (`netguard.AsyncLookup`), never on the default thread pool that ingest uses.
+
+Only definite answers are kept (`link_check_cache_ttl` seconds per URL, at most `_CACHE_SIZE`
+URLs, so a refreshed report does not hammer a site): an HTTP status, a redirect loop, a refused
+address. A timeout, a refused connection or a failed lookup says nothing lasting about the link
+and is asked again next time. Whatever a site answers (a malformed `Location`, a bad status line,
+headers that are not UTF-8, a cut body) is an outcome of that link, never an exception.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -25,7 +37,10 @@ import aiohttp
 import yarl
 
 from inboxd.config import Settings
-from inboxd.netguard import AddressRefused, PinnedResolver, ResolutionFailed, resolve_checked
+from inboxd.netguard import AddressRefused, AsyncLookup, PinnedResolver, ResolutionFailed, resolve_checked
+from inboxd.services.checks.gate import UserGate
+
+log = logging.getLogger(__name__)
 
 USER_AGENT = "inboxd-link-check/1"
 # Servers that refuse HEAD say so in one of these; the same URL is then asked with GET.
@@ -75,16 +90,25 @@ class _Bucket:
         return granted
 
 
+def drain_rate(settings: Settings) -> float:
+    """URLs per minute and user: `link_check_rate`, at most what the user's slots can drain."""
+    drain = max(1, settings.link_check_user_concurrency) * 60.0 / settings.link_check_timeout
+    return drain if settings.link_check_rate <= 0 else min(settings.link_check_rate, drain)
+
+
 class LinkChecker:
-    """Owns the aiohttp session (opened at first use), the cache, the per-user buckets."""
+    """Owns the aiohttp session (opened at first use), the cache, the per-user buckets and gate."""
 
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
         self._settings = settings
         self._clock = clock
         self._resolver = PinnedResolver()
+        self._lookup = AsyncLookup(
+            nameservers=settings.dns_nameservers, timeout=min(settings.dns_timeout, settings.link_check_timeout)
+        )
         self._session: aiohttp.ClientSession | None = None
-        self._slots = asyncio.Semaphore(max(1, settings.link_check_concurrency))
-        self._bucket = _Bucket(rate=settings.link_check_rate, clock=clock)
+        self._gate = UserGate(per_user=settings.link_check_user_concurrency, total=settings.link_check_concurrency)
+        self._bucket = _Bucket(rate=drain_rate(settings), clock=clock)
         self._cache: OrderedDict[str, tuple[float, LinkStatus]] = OrderedDict()
 
     def _open(self) -> aiohttp.ClientSession:
@@ -122,7 +146,7 @@ class LinkChecker:
         granted = self._bucket.take(user_key, len(wanted))
         for url in wanted[granted:]:
             known[url] = LinkStatus(url, "skipped", None, None, 0, "not checked: the link check rate was reached")
-        fetched = await asyncio.gather(*(self.check(url) for url in wanted[:granted]))
+        fetched = await asyncio.gather(*(self.check(url, user_key=user_key) for url in wanted[:granted]))
         known.update((s.url, s) for s in fetched)
         return [known[url] for url in urls]
 
@@ -133,20 +157,25 @@ class LinkChecker:
         self._cache.move_to_end(url)
         return hit[1]
 
-    async def check(self, url: str) -> LinkStatus:
-        """Fetch one URL with its redirects (uncached, unlimited by rate); never raises."""
-        started = time.perf_counter()
-        async with self._slots:
+    async def check(self, url: str, *, user_key: str) -> LinkStatus:
+        """Fetch one URL with its redirects in one of `user_key`'s slots (past the cache, unlimited
+        by rate); never raises. A definite answer is kept for the next report."""
+        async with self._gate.slot(user_key):
+            started = time.perf_counter()  # the fetch's own time, not the wait for a slot
             try:
                 async with asyncio.timeout(self._settings.link_check_timeout):
                     outcome, status, final, error = await self._follow(url)
             except TimeoutError:
                 outcome, status, final, error = "broken", None, None, "timed out"
+            except Exception as exc:  # a stranger's site must never turn a report into a 500
+                log.warning("link check: %s gave an unexpected %r", url, exc)
+                outcome, status, final, error = "broken", None, url, f"unreadable answer ({type(exc).__name__})"
         result = LinkStatus(url, outcome, status, final, int((time.perf_counter() - started) * 1000), error)
-        self._cache[url] = (self._clock() + self._settings.link_check_cache_ttl, result)
-        self._cache.move_to_end(url)
-        while len(self._cache) > _CACHE_SIZE:
-            self._cache.popitem(last=False)
+        if status is not None or outcome == "private_refused":
+            self._cache[url] = (self._clock() + self._settings.link_check_cache_ttl, result)
+            self._cache.move_to_end(url)
+            while len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
         return result
 
     async def _follow(self, url: str) -> tuple[Outcome, int | None, str | None, str | None]:
@@ -165,7 +194,11 @@ class LinkChecker:
             if status not in _REDIRECTS or location is None:
                 broken = status >= 400
                 return ("broken" if broken else "ok"), status, current, (f"HTTP {status}" if broken else None)
-            following = str(yarl.URL(current).join(yarl.URL(location)))
+            try:
+                following = str(yarl.URL(current).join(yarl.URL(location)))
+            except (ValueError, TypeError) as exc:  # `http://[::1`, a bad port, surrogates of non-UTF-8
+                shown = location.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")[:200]
+                return "broken", status, current, f"redirected to an invalid URL ({shown!r}: {exc})"[:300]
             if following in seen:
                 return "redirect_loop", status, following, f"redirect loop back to {following}"
             if not _fetchable(following):
@@ -180,7 +213,7 @@ class LinkChecker:
         if not parsed.raw_host or parsed.port is None:
             raise ValueError(f"invalid URL {url}")
         target = await resolve_checked(
-            parsed.raw_host, parsed.port, allow_private=self._settings.link_check_allow_private
+            parsed.raw_host, parsed.port, allow_private=self._settings.link_check_allow_private, lookup=self._lookup
         )
         self._resolver.pin(target)
         session = self._open()

@@ -5,6 +5,12 @@ rspamd's request headers (`IP`, `Helo`, `From`, one `Rcpt` per recipient); rspam
 the score at which it would reject (`required_score`), its action and every symbol that fired with
 its score and description. Without the setting nothing is asked and the part says it is not
 configured: inboxd never makes a score up.
+
+Whatever rspamd answers is the spam part's result: an HTTP error, a body that is not JSON, JSON of
+another shape, a cut or oversized answer each come back as `SpamResult.error` (the part's
+`spam_check_failed`), never as an exception. One user's checks hold at most `_PER_USER` of the
+`_TOTAL` requests in flight to rspamd (`gate.UserGate`), so a user whose mail makes rspamd slow
+never makes another user's score wait; each request ends within `INBOXD_RSPAMD_TIMEOUT`.
 """
 
 from __future__ import annotations
@@ -17,10 +23,17 @@ import msgspec
 from multidict import CIMultiDict
 
 from inboxd.config import Settings
+from inboxd.services.checks.gate import UserGate
 
 # rspamd's actions, mildest first; "no action" is the only one that lets mail through untouched.
 REJECT = "reject"
 FLAGGED = frozenset({"add header", "rewrite subject", "soft reject", "greylist"})
+# rspamd's answer to one message is a few KB; anything far beyond it is not a check.
+_MAX_ANSWER = 1024 * 1024
+# Requests to rspamd in flight: per user, and for the server (rspamd is local and quick; these
+# only stop one user's flood from filling its queue).
+_PER_USER = 2
+_TOTAL = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,14 +85,23 @@ class SpamChecker:
         self._url = settings.rspamd_url.rstrip("/")
         self._password = settings.rspamd_password
         self._timeout = settings.rspamd_timeout
+        self._gate = UserGate(per_user=_PER_USER, total=_TOTAL)
 
     @property
     def configured(self) -> bool:
         return bool(self._url)
 
-    async def check(self, raw: bytes, envelope: Envelope) -> SpamResult:
-        """Ask rspamd; never raises for rspamd's fault, the result's `error` says it."""
+    async def check(self, raw: bytes, envelope: Envelope, *, user_key: str = "") -> SpamResult:
+        """Ask rspamd in one of `user_key`'s slots; never raises for rspamd's fault, the result's
+        `error` says it."""
         assert self.configured, "INBOXD_RSPAMD_URL is not set"
+        async with self._gate.slot(user_key):
+            body = await self._ask(raw, envelope)
+        if isinstance(body, SpamResult):
+            return body
+        return _result_of(body)
+
+    async def _ask(self, raw: bytes, envelope: Envelope) -> bytes | SpamResult:
         headers: CIMultiDict[str] = CIMultiDict()
         if envelope.client_ip:
             headers["IP"] = envelope.client_ip
@@ -98,17 +120,34 @@ class SpamChecker:
                 aiohttp.ClientSession(timeout=timeout, trust_env=False) as session,
                 session.post(f"{self._url}/checkv2", data=raw, headers=headers) as response,
             ):
-                body = await response.read()
                 if response.status != 200:
                     return SpamResult(error=f"rspamd answered HTTP {response.status}")
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                return await _read_capped(response)
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             return SpamResult(error=f"rspamd unreachable: {str(exc).strip() or type(exc).__name__}"[:300])
-        try:
-            answer = _decode(body)
-        except msgspec.ValidationError as exc:
-            return SpamResult(error=f"rspamd answered something else than a check: {exc}"[:300])
-        symbols = sorted(
-            (Symbol(s.name or name, s.score, s.description) for name, s in answer.symbols.items()),
-            key=lambda s: (-abs(s.score), s.name),
-        )
-        return SpamResult(score=answer.score, required=answer.required_score, action=answer.action, symbols=symbols)
+
+
+async def _read_capped(response: aiohttp.ClientResponse) -> bytes | SpamResult:
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in response.content.iter_chunked(65536):
+            size += len(chunk)
+            if size > _MAX_ANSWER:
+                return SpamResult(error=f"rspamd's answer is over {_MAX_ANSWER} bytes, not a check")
+            chunks.append(chunk)
+    except aiohttp.ClientPayloadError as exc:  # cut short: fewer bytes than announced
+        return SpamResult(error=f"rspamd's answer was cut: {str(exc).strip() or type(exc).__name__}"[:300])
+    return b"".join(chunks)
+
+
+def _result_of(body: bytes) -> SpamResult:
+    try:
+        answer = _decode(body)
+    except msgspec.DecodeError as exc:  # not JSON, cut JSON, or JSON of another shape (ValidationError)
+        return SpamResult(error=f"rspamd answered something else than a check: {exc}"[:300])
+    symbols = sorted(
+        (Symbol(s.name or name, s.score, s.description) for name, s in answer.symbols.items()),
+        key=lambda s: (-abs(s.score), s.name),
+    )
+    return SpamResult(score=answer.score, required=answer.required_score, action=answer.action, symbols=symbols)
