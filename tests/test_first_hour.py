@@ -125,7 +125,12 @@ def test_doctor_is_content_with_a_healthy_make_run(tmp_path: Path) -> None:
         serve.communicate(timeout=30)
     assert doctor.returncode == 0, doctor.stdout
     lines = doctor.stdout.splitlines()
-    assert all(line.startswith("ok ") for line in lines[:-1]), doctor.stdout
+    assert all(line.startswith(("ok ", "info ")) for line in lines[:-1]), doctor.stdout
+    # The optional parts `make run` leaves off are information, each with how to turn it on.
+    optional = {line.split(":")[0].split(maxsplit=1)[1]: line for line in lines if line.startswith("info ")}
+    assert sorted(optional) == ["release", "render", "rspamd"], doctor.stdout
+    assert "off: " in optional["rspamd"] and "INBOXD_RSPAMD_URL" in optional["rspamd"]
+    assert "off: " in optional["release"] and "INBOXD_RELAY_HOST" in optional["release"]
     running = [line for line in lines if "inboxd is running there" in line]
     assert [line.split(":")[0].split(maxsplit=1)[1] for line in running] == [
         "http port",
@@ -247,3 +252,18 @@ def test_the_pytest_extra_and_a_clear_message_without_pytest() -> None:
     assert done.stderr.strip().splitlines()[-1] == (
         "ImportError: inboxd's pytest plugin needs pytest: pip install 'inboxd[pytest]'"
     )
+
+
+def test_the_cli_outside_the_project_says_where_it_looked_and_creates_nothing(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INBOXD_")}
+    inboxd = str(Path(sys.executable).parent / "inboxd")
+    made = run(inboxd, "users", "create", "--email", "ci@example.org", env=env, cwd=tmp_path)
+    assert made.returncode == 1
+    looked = str(tmp_path.resolve() / "data" / "inboxd.sqlite3")
+    assert f"no inboxd database at {looked}" in made.stderr, made.stderr
+    assert "INBOXD_DATA_DIR" in made.stderr
+    assert not (tmp_path / "data").exists()
+    # Pointed at the server's data directory, the same command works.
+    env["INBOXD_DATA_DIR"] = str(tmp_path / "server-data")
+    assert run(inboxd, "migrate", env=env, cwd=tmp_path).returncode == 0
+    assert run(inboxd, "users", "create", "--email", "ci@example.org", env=env, cwd=tmp_path).returncode == 0

@@ -167,18 +167,18 @@ async def test_client_and_plugin_filter_and_set_tags(harness: Harness) -> None:
         await harness.send(box.address, simple_message(subject="Newsletter"))
         await harness.send(box.tagged("signup"), simple_message(subject="Welcome"))
         found = await asyncio.to_thread(box.wait_for, tag="signup", timeout=10)
-        assert (found.subject, found.tags) == ("Welcome", ("signup",))
+        assert (found.subject, found.tags) == ("Welcome", ["signup"])
         # Nothing newer carries the tag: the wait fails the test, naming the tag.
         with pytest.raises(AssertionError, match="tag='signup'"):
             await asyncio.to_thread(box.wait_for, tag="signup", timeout=0.2)
         assert await asyncio.to_thread(box.set_tags, found.id, ["Done"]) == ["done"]
         async with AsyncClient(base, harness.admin_token) as async_client:
             listed = await async_client.messages(box.id, tag="done")
-            assert [(m.subject, m.tags) for m in listed] == [("Welcome", ("done",))]
+            assert [(m.subject, m.tags) for m in listed] == [("Welcome", ["done"])]
             newsletter = (await async_client.messages(box.id))[1]
-            assert newsletter.tags == ()
+            assert newsletter.tags == []
             assert await async_client.set_tags(box.id, newsletter.id, ["news"]) == ["news"]
-            assert (await async_client.message(box.id, newsletter.id)).tags == ("news",)
+            assert (await async_client.message(box.id, newsletter.id)).tags == ["news"]
             with pytest.raises(ApiError) as refused:
                 await async_client.set_tags(box.id, newsletter.id, ["not valid"])
             assert refused.value.status == 400

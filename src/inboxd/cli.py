@@ -43,10 +43,27 @@ def _run(coro: Awaitable[T]) -> T:
         return asyncio.run(coro)  # type: ignore[arg-type]
 
 
+def _existing_store(settings: Settings) -> Settings:
+    """The settings of a store that is there: a command that acts on users, tokens or links run
+    outside the directory `make run` ran in would otherwise create an empty `./data` and act on
+    that. It says where it looked instead."""
+    if settings.is_postgres:
+        return settings
+    database = settings.resolved_database_url.removeprefix("sqlite:///")
+    if Path(database).is_file():
+        return settings
+    how = "INBOXD_DATA_DIR" if "INBOXD_DATA_DIR" in os.environ else "INBOXD_DATA_DIR is unset, so ./data"
+    raise click.ClickException(
+        f"no inboxd database at {database} ({how}, from {os.getcwd()}). Run this in the directory "
+        "`make run` ran in, or set INBOXD_DATA_DIR (or INBOXD_DATABASE_URL) to the server's; "
+        "`inboxd serve` or `inboxd migrate` creates a new one."
+    )
+
+
 async def _with_db(settings: Settings, action: Callable[[Database], Awaitable[T]]) -> T:
     from inboxd.store.connect import open_database
 
-    db = await open_database(settings)
+    db = await open_database(_existing_store(settings))
     try:
         return await action(db)
     finally:

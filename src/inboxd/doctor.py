@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import importlib.util
 import os
 import socket
 import sqlite3
@@ -23,7 +24,8 @@ from inboxd.config import Settings
 from inboxd.services.space import free_bytes
 from inboxd.store import migrate
 
-Level = Literal["ok", "warn", "fail"]
+# `info` says how an optional part is set (off is a choice, not a problem).
+Level = Literal["ok", "info", "warn", "fail"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,8 +272,43 @@ def _greets_as_inboxd(host: str, port: int) -> bool:
     return greeting.startswith(b"220 ") and b" ESMTP inboxd " in greeting
 
 
+def check_optional_parts(settings: Settings) -> list[Finding]:
+    """Renders, spam scores and release: each on or off, and how to turn an off one on."""
+    out: list[Finding] = []
+    if importlib.util.find_spec("playwright") is None:
+        render = "off: the `render` extra (Playwright) is not installed (from the checkout: pip install '.[render]')."
+    else:
+        chromium = settings.render_chromium
+        render = (
+            f"on: Chromium at {chromium}."
+            if Path(chromium).is_file()
+            else f"off: no Chromium at {chromium} (INBOXD_RENDER_CHROMIUM; on Debian: apt-get install chromium)."
+        )
+    out.append(Finding("render", "info", render))
+    out.append(
+        Finding(
+            "rspamd",
+            "info",
+            f"on: spam scores from {settings.rspamd_url}."
+            if settings.rspamd_url
+            else "off: checks give no spam score (set INBOXD_RSPAMD_URL to rspamd's HTTP API, e.g. http://127.0.0.1:11333).",
+        )
+    )
+    out.append(
+        Finding(
+            "release",
+            "info",
+            f"on: through {settings.relay_host}:{settings.relay_port}."
+            if settings.relay_host
+            else "off: sandbox mail cannot be released (set INBOXD_RELAY_HOST; docs/release.md).",
+        )
+    )
+    return out
+
+
 def run_checks(settings: Settings) -> list[Finding]:
     findings = check_config(settings)
+    findings += check_optional_parts(settings)
     findings += check_data_dir(settings)
     findings += check_database(settings)
     findings += check_redis(settings)

@@ -84,7 +84,8 @@ class MessageSummary:
     is_read: bool
     created_at: str
     recipients: tuple[str, ...] = ()  # sandbox lists only: the envelope recipients
-    tags: tuple[str, ...] = ()
+    # A list, as the API's JSON has it, so `msg.tags == ["signup"]` reads as a test means it.
+    tags: list[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, data: Json) -> MessageSummary:
@@ -98,7 +99,7 @@ class MessageSummary:
             is_read=data["is_read"],
             created_at=data["created_at"],
             recipients=tuple(data.get("recipients", ())),
-            tags=tuple(data.get("tags", ())),
+            tags=list(data.get("tags", ())),
         )
 
 
@@ -118,7 +119,7 @@ class _Detail:
     headers: tuple[tuple[str, str], ...]
     codes: tuple[str, ...]
     links: tuple[Link, ...]
-    tags: tuple[str, ...]
+    tags: list[str]
     raw: Json = field(repr=False, compare=False)
 
     @property
@@ -151,7 +152,7 @@ class _Detail:
             "headers": tuple((name, value) for name, value in data.get("headers", ())),
             "codes": tuple(data.get("codes", ())),
             "links": tuple(Link(url=link["url"], text=link["text"]) for link in data.get("links", ())),
-            "tags": tuple(data.get("tags", ())),
+            "tags": list(data.get("tags", ())),
             "raw": data,
         }
 
