@@ -1,23 +1,34 @@
-"""The authentication check: SPF, every DKIM signature, DMARC and the ARC chain of one message,
+"""The authentication check: SPF, the DKIM signatures, DMARC and the ARC chain of one message,
 over the configured resolver (`INBOXD_DNS_NAMESERVERS`, the system's when empty).
 
 - SPF (pyspf) for the client address, HELO and MAIL FROM recorded at reception (RFC 7208: a null
   MAIL FROM is checked as `postmaster@<HELO>`). Mail received before they were recorded, or a
   local file, has no SPF result, and the part says so.
-- DKIM (dkimpy): each `DKIM-Signature` apart, with its domain, selector, algorithm, result and
-  whether the body still matches the signed hash. No key published at the selector is
-  `permerror`, a DNS failure `temperror`.
-- DMARC: the policy at `_dmarc.<From domain>`, else at its organizational domain (the content
-  check's rule: the last two labels, three under `co.uk`-like suffixes; no public-suffix list is
-  shipped), and the RFC 7489 evaluation: pass when SPF
-  or a DKIM signature passes for a domain aligned with the From domain (relaxed or strict as
-  `aspf`/`adkim` say).
-- ARC (dkimpy's `arc_verify`): the chain's validation (`pass`, `fail`, `none`).
+- DKIM (dkimpy): at most `MAX_DKIM_SIGNATURES` signatures, each apart, with its domain, selector,
+  algorithm, result and whether the body still matches the signed hash; those whose `d=` aligns
+  with the From domain first (they are the ones DMARC needs), then in header order. The others are
+  not verified and the part says how many (`dkim_not_checked`). No key published at the selector
+  is `permerror`, a DNS failure `temperror`. Each key is asked once per check.
+- DMARC: the policy at `_dmarc.<From domain>`, else at its organizational domain, found with the
+  Public Suffix List shipped in `publicsuffixlist` (its private section included, so
+  `attacker.github.io` and `victim.github.io` are two organizations; nothing is downloaded), and
+  the RFC 7489 evaluation: pass when SPF or a DKIM signature passes for a domain aligned with the
+  From domain (relaxed or strict as `aspf`/`adkim` say). Several DMARC records at one name are no
+  policy (RFC 7489 §6.6.3), said as `dmarc_multiple_records`.
+- ARC (dkimpy's ARC verification): the chain's validation (`pass`, `fail`, `none`).
 - An `Authentication-Results` header (authres) sums them up, as a receiver would write it.
 
-dkimpy and pyspf are blocking and do their own lookups: the check runs in a thread, and both are
-given a lookup over our resolver (dkimpy's `dnsfunc`; pyspf's module-level `DNSLookup`, the hook
-it offers, which reads the resolver of the running check from a context variable, so checks with
+The message is parsed once (dkimpy's parse, shared by DKIM, ARC and the From domain). The whole
+part has one deadline, `DEADLINE_LOOKUPS` lookup timeouts (15 s with `INBOXD_DNS_TIMEOUT=5`):
+every lookup is given at most what is left of it, a step not started by then is not run, and the
+part answers what it has with an `auth_cut` finding naming what was cut.
+
+dkimpy and pyspf are blocking and do their own lookups: the check runs on the checker's own small
+thread pool (`_WORKERS` threads), never on the default one that ingest and password hashing use,
+and one user's checks hold at most `_PER_USER` of its threads (`gate.UserGate`), so a user whose
+mail points at black-holed domains waits for its own checks only. Both libraries are given a
+lookup over our resolver (dkimpy's `dnsfunc`; pyspf's module-level `DNSLookup`, the hook it
+offers, which reads the resolver of the running check from a context variable, so checks with
 different resolvers never mix).
 """
 
@@ -28,11 +39,15 @@ import contextvars
 import email.utils
 import ipaddress
 import re
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.parser import BytesHeaderParser
 from email.policy import compat32
-from typing import Any, Literal
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import authres
 import authres.arc
@@ -45,13 +60,28 @@ import spf
 from dkim.util import parse_tag_value
 
 from inboxd.dns import parse_nameserver
-from inboxd.mail.checks.content import organisational_domain
+from inboxd.services.checks.gate import UserGate
+
+if TYPE_CHECKING:
+    from publicsuffixlist import PublicSuffixList
 
 Severity = Literal["error", "warning", "info"]
 # A finding as (severity, code, message, where): the report's `Finding` is made of it by the service.
 RawFinding = tuple[Severity, str, str, str]
 
 SPF_RESULTS = ("pass", "fail", "softfail", "neutral", "none", "temperror", "permerror")
+# Signatures verified per message: a real message carries one to three (the author's domain, its
+# ESP's, a forwarder's); each costs a key lookup and a body hash, so more only lets a sender
+# multiply the check's time.
+MAX_DKIM_SIGNATURES = 5
+# The whole part's deadline, in lookup timeouts (INBOXD_DNS_TIMEOUT).
+DEADLINE_LOOKUPS = 3
+# The checker's threads, and how many of them one user's checks may hold at once.
+_WORKERS = 4
+_PER_USER = 1
+_CUT = "not checked: the authentication check's deadline passed"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +148,15 @@ class Reception:
     mail_from: str
 
 
-class _Resolver:
-    """Blocking TXT/A/AAAA/MX/PTR lookups through the configured nameservers (thread side)."""
+class _DeadlinePassed(dns.exception.DNSException):
+    """The part's deadline passed before this lookup was asked."""
 
-    def __init__(self, *, nameservers: Sequence[str], timeout: float) -> None:
+
+class _Resolver:
+    """Blocking TXT/A/AAAA/MX/PTR lookups through the configured nameservers (thread side), each
+    given at most what is left of the check's deadline; notes the steps the deadline cut."""
+
+    def __init__(self, *, nameservers: Sequence[str], timeout: float, deadline: float) -> None:
         resolver = dns.resolver.Resolver(configure=not nameservers)
         if nameservers:
             resolver.nameservers = [parse_nameserver(s) for s in nameservers]
@@ -129,26 +164,54 @@ class _Resolver:
         resolver.lifetime = timeout
         resolver.cache = None
         self._resolver = resolver
+        self._timeout = timeout
+        self._deadline = deadline  # time.monotonic()
+        self._keys: dict[str, bytes | dkim.DnsTimeoutError | None] = {}
+        self.step = ""
+        self.cut: list[str] = []
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self._deadline
+
+    def note_cut(self, step: str) -> None:
+        if step and step not in self.cut:
+            self.cut.append(step)
 
     def answer(self, name: str, rdtype: str) -> dns.resolver.Answer | None:
-        """The answer, None when the name has none; raises dns.exception.Timeout/NoNameservers."""
+        """The answer, None when the name has none; raises dns.exception.Timeout/NoNameservers,
+        or _DeadlinePassed."""
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            self.note_cut(self.step)
+            raise _DeadlinePassed(f"{name}: {_CUT}")  # type: ignore[no-untyped-call]
         try:
-            return self._resolver.resolve(name, rdtype, search=False)
+            return self._resolver.resolve(name, rdtype, search=False, lifetime=min(self._timeout, left))
         except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
             return None
+        except dns.exception.Timeout:
+            if left < self._timeout:  # cut short by the deadline, not by the lookup's own timeout
+                self.note_cut(self.step)
+            raise
 
     def txt(self, name: str) -> list[bytes]:
         found = self.answer(name, "TXT")
         return [] if found is None else [b"".join(r.strings) for r in found]
 
     def dkim_key(self, name: bytes | str, timeout: float = 5) -> bytes | None:
-        """dkimpy's `dnsfunc`: the first TXT record at `name`, None when there is none."""
+        """dkimpy's `dnsfunc`: the first TXT record at `name`, None when there is none; asked
+        once per check (a failure too)."""
         text = name.decode("ascii", "replace") if isinstance(name, bytes) else name
-        try:
-            records = self.txt(text)
-        except dns.exception.DNSException as exc:
-            raise dkim.DnsTimeoutError(str(exc)) from exc
-        return records[0] if records else None
+        key = text.lower().rstrip(".")
+        if key not in self._keys:
+            try:
+                records = self.txt(text)
+                self._keys[key] = records[0] if records else None
+            except dns.exception.DNSException as exc:
+                self._keys[key] = dkim.DnsTimeoutError(str(exc))
+        found = self._keys[key]
+        if isinstance(found, dkim.DnsTimeoutError):
+            raise found
+        return found
 
 
 _current: contextvars.ContextVar[_Resolver] = contextvars.ContextVar("inboxd_spf_resolver")
@@ -177,43 +240,124 @@ def _spf_lookup(name: str, qtype: str, strict: bool = True, timeout: float = 20)
 spf.DNSLookup = _spf_lookup
 
 
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    """The message parsed once (dkimpy's parse): DKIM verifies from it, ARC reads the same
+    headers and body, the From domain comes from its headers. `message` is None when dkimpy
+    cannot parse the header block (then no signature can be verified)."""
+
+    message: dkim.DKIM | None
+    from_domain: str
+
+    @classmethod
+    def of(cls, raw: bytes) -> _Parsed:
+        try:
+            message = dkim.DKIM(raw)
+        except dkim.MessageFormatError:
+            headers = BytesHeaderParser(policy=compat32).parsebytes(raw)
+            return cls(None, _domain_of([str(v) for v in headers.get_all("From") or []]))
+        values = [v.decode("utf-8", "replace").replace("\r\n", "") for n, v in message.headers if n.lower() == b"from"]
+        return cls(message, _domain_of(values))
+
+    def has(self, name: bytes) -> bool:
+        return self.message is not None and any(n.lower() == name for n, _v in self.message.headers)
+
+
 class AuthChecker:
+    """Owns the thread pool of the checks (opened at the first check), the per-user gate, and
+    the Public Suffix List (loaded at the first DMARC evaluation)."""
+
     def __init__(self, *, nameservers: Sequence[str], timeout: float, authserv_id: str) -> None:
         self._nameservers = list(nameservers)
         self._timeout = timeout
+        self._deadline = DEADLINE_LOOKUPS * timeout
         self._authserv_id = authserv_id
+        self._pool: ThreadPoolExecutor | None = None
+        self._gate = UserGate(per_user=_PER_USER, total=_WORKERS)
+        self._psl: PublicSuffixList | None = None
+        self._psl_lock = threading.Lock()
 
-    async def check(self, raw: bytes, reception: Reception | None) -> AuthOutcome:
-        return await asyncio.to_thread(self.check_blocking, raw, reception)
+    async def check(self, raw: bytes, reception: Reception | None, *, user_key: str = "") -> AuthOutcome:
+        """The check on the checker's threads, in one of `user_key`'s slots."""
+        async with self._gate.slot(user_key):
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="inboxd-auth")
+            loop = asyncio.get_running_loop()
+            context = contextvars.copy_context()
+            return await loop.run_in_executor(self._pool, context.run, self.check_blocking, raw, reception)
+
+    async def close(self) -> None:
+        """Stop the threads (a check still running ends within its deadline)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def _resolver(self) -> _Resolver:
+        return _Resolver(
+            nameservers=self._nameservers, timeout=self._timeout, deadline=time.monotonic() + self._deadline
+        )
+
+    def organizational_domain(self, domain: str) -> str:
+        """RFC 7489 §3.2 through the Public Suffix List: the public suffix plus one label, or the
+        domain itself when it is a public suffix (or unknown to the list)."""
+        with self._psl_lock:
+            if self._psl is None:
+                from publicsuffixlist import PublicSuffixList
+
+                self._psl = PublicSuffixList()  # the list shipped with the package: no download
+            psl = self._psl
+        name = domain.lower().rstrip(".")
+        return psl.privatesuffix(name) or name
 
     def check_blocking(self, raw: bytes, reception: Reception | None) -> AuthOutcome:
-        resolver = _Resolver(nameservers=self._nameservers, timeout=self._timeout)
-        token = _current.set(resolver)
-        try:
-            spf_result = None if reception is None or not _is_ip(reception.client_ip) else _spf(reception)
-        finally:
-            _current.reset(token)
-        signatures = _dkim(raw, resolver)
-        from_domain = _from_domain(raw)
-        dmarc_result = _dmarc(from_domain, spf_result, signatures, resolver)
-        arc_result = _arc(raw, resolver)
+        resolver = self._resolver()
+        parsed = _Parsed.of(raw)
+        spf_result = None
+        if reception is not None and _is_ip(reception.client_ip):
+            cut = SpfOutcome(
+                "temperror", "", reception.client_ip, reception.helo, reception.mail_from, explanation=_CUT
+            )
+            token = _current.set(resolver)
+            try:
+                spf_result = _step(resolver, "SPF", lambda: _spf(reception), cut)
+            finally:
+                _current.reset(token)
+        org = self.organizational_domain
+        signatures, skipped = _dkim(parsed, resolver, org)
+        dmarc_cut: tuple[DmarcOutcome, str | None] = (DmarcOutcome(result="temperror", domain=parsed.from_domain), None)
+        dmarc_result, several = _step(
+            resolver, "DMARC", lambda: _dmarc(parsed.from_domain, spf_result, signatures, resolver, org), dmarc_cut
+        )
+        arc_result = _arc(parsed, resolver)
         header = _authentication_results(self._authserv_id, spf_result, signatures, dmarc_result, arc_result)
+        findings = _findings(spf_result, signatures, dmarc_result, arc_result, recorded=reception is not None)
+        if several is not None:  # said instead of "publishes no DMARC policy"
+            findings = [f for f in findings if f[1] != "dmarc_missing"]
+            findings.append(
+                (
+                    "warning",
+                    "dmarc_multiple_records",
+                    f"{several}: RFC 7489 §6.6.3 counts that as no policy; publish one.",
+                    parsed.from_domain,
+                )
+            )
         return AuthOutcome(
             spf=spf_result,
             dkim=signatures,
             dmarc=dmarc_result,
             arc=arc_result,
             authentication_results=header,
-            findings=_findings(spf_result, signatures, dmarc_result, arc_result, recorded=reception is not None),
+            findings=findings + _bound_findings(skipped, resolver.cut, deadline=self._deadline),
         )
 
     def check_signatures_blocking(self, raw: bytes) -> SignaturesOutcome:
         """DKIM and ARC alone, for a message file (`inboxd check`): they need only DNS. SPF needs
         the client address the message came from, and DMARC SPF's result beside DKIM's, so both
         are reported as not run rather than judged on half the evidence."""
-        resolver = _Resolver(nameservers=self._nameservers, timeout=self._timeout)
-        signatures = _dkim(raw, resolver)
-        arc_result = _arc(raw, resolver)
+        resolver = self._resolver()
+        parsed = _Parsed.of(raw)
+        signatures, skipped = _dkim(parsed, resolver, self.organizational_domain)
+        arc_result = _arc(parsed, resolver)
         not_run = "SPF and DMARC were not run: they need the address of the client that sent the message."
         findings: list[RawFinding] = [
             ("info", code, not_run, where) if code == "spf_not_checked" else (severity, code, message, where)
@@ -223,8 +367,17 @@ class AuthChecker:
             dkim=signatures,
             arc=arc_result,
             authentication_results=_authentication_results(self._authserv_id, None, signatures, None, arc_result),
-            findings=findings,
+            findings=findings + _bound_findings(skipped, resolver.cut, deadline=self._deadline),
         )
+
+
+def _step(resolver: _Resolver, name: str, run: Callable[[], T], cut: T) -> T:
+    """`run()` as the step `name`, or `cut` when the deadline passed before it started."""
+    if resolver.expired():
+        resolver.note_cut(name)
+        return cut
+    resolver.step = name
+    return run()
 
 
 def _is_ip(text: str | None) -> bool:
@@ -255,27 +408,47 @@ def _spf(reception: Reception) -> SpfOutcome:
     )
 
 
-def _dkim(raw: bytes, resolver: _Resolver) -> list[DkimOutcome]:
-    try:
-        message = dkim.DKIM(raw)
-    except dkim.MessageFormatError:
-        return []
-    outcomes = []
+def _dkim(parsed: _Parsed, resolver: _Resolver, org: Callable[[str], str]) -> tuple[list[DkimOutcome], list[str]]:
+    """The outcomes of at most MAX_DKIM_SIGNATURES signatures (aligned with From first), and the
+    `d=` of each signature left unverified."""
+    message = parsed.message
+    if message is None:
+        return [], []
+    found: list[tuple[int, int, dict[bytes, bytes] | str]] = []  # (rank, idx, tags or parse error)
     headers = [value for name, value in message.headers if name.lower() == b"dkim-signature"]
+    home = org(parsed.from_domain) if parsed.from_domain else ""
     for idx, value in enumerate(headers):
         try:
             tags = parse_tag_value(value)
         except dkim.InvalidTagValueList as exc:
-            outcomes.append(DkimOutcome(domain="", selector="", result="permerror", error=str(exc)))
+            found.append((2, idx, str(exc)))
             continue
-        domain, selector = _text(tags.get(b"d")), _text(tags.get(b"s"))
-        algorithm = _text(tags.get(b"a"))
-        outcomes.append(_verify_one(raw, idx, domain=domain, selector=selector, algorithm=algorithm, resolver=resolver))
-    return outcomes
+        aligned = bool(home) and org(_text(tags.get(b"d"))) == home
+        found.append((0 if aligned else 1, idx, tags))
+    found.sort(key=lambda f: (f[0], f[1]))
+    outcomes: list[DkimOutcome] = []
+    for _rank, idx, tags in found[:MAX_DKIM_SIGNATURES]:
+        if isinstance(tags, str):
+            outcomes.append(DkimOutcome(domain="", selector="", result="permerror", error=tags))
+            continue
+        domain, selector, algorithm = _text(tags.get(b"d")), _text(tags.get(b"s")), _text(tags.get(b"a"))
+        cut = DkimOutcome(domain, selector, "temperror", algorithm=algorithm, error=_CUT)
+        outcomes.append(
+            _step(
+                resolver,
+                f"DKIM d={domain} s={selector}",
+                partial(
+                    _verify_one, message, idx, domain=domain, selector=selector, algorithm=algorithm, resolver=resolver
+                ),
+                cut,
+            )
+        )
+    skipped = [tags if isinstance(tags, str) else _text(tags.get(b"d")) for _r, _i, tags in found[MAX_DKIM_SIGNATURES:]]
+    return outcomes, skipped
 
 
 def _verify_one(
-    raw: bytes, idx: int, *, domain: str, selector: str, algorithm: str, resolver: _Resolver
+    message: dkim.DKIM, idx: int, *, domain: str, selector: str, algorithm: str, resolver: _Resolver
 ) -> DkimOutcome:
     def outcome(result: str, body_hash: str = "", error: str | None = None) -> DkimOutcome:
         return DkimOutcome(domain, selector, result, algorithm=algorithm, body_hash=body_hash, error=error)
@@ -287,7 +460,8 @@ def _verify_one(
     except dkim.DnsTimeoutError as exc:
         return outcome("temperror", error=f"DNS: {exc}")
     try:
-        valid = dkim.DKIM(raw).verify(idx=idx, dnsfunc=resolver.dkim_key)
+        # The one parse serves every signature: verify reads the headers and body, never changes them.
+        valid = message.verify(idx=idx, dnsfunc=resolver.dkim_key)
     except dkim.ValidationError as exc:
         if "body hash mismatch" in str(exc):
             return outcome("fail", "fail", "the body changed after it was signed (body hash mismatch)")
@@ -303,72 +477,126 @@ def _text(value: bytes | None) -> str:
     return "" if value is None else value.decode("ascii", "replace").strip().lower()
 
 
-def _from_domain(raw: bytes) -> str:
-    headers = BytesHeaderParser(policy=compat32).parsebytes(raw)
-    found = email.utils.getaddresses([str(v) for v in headers.get_all("From") or []])
+def _domain_of(values: list[str]) -> str:
+    found = email.utils.getaddresses(values)
     addresses = [a for _n, a in found if "@" in a]
     return addresses[0].rpartition("@")[2].lower().rstrip(".") if addresses else ""
 
 
-def _aligned(domain: str, from_domain: str, mode: str) -> bool:
+def _aligned(domain: str, from_domain: str, mode: str, org: Callable[[str], str]) -> bool:
     if mode == "s":
         return domain == from_domain
-    return organisational_domain(domain) == organisational_domain(from_domain)
+    return org(domain) == org(from_domain)
+
+
+class _Several(Exception):
+    """More than one DMARC record at one name: no policy (RFC 7489 §6.6.3)."""
+
+    def __init__(self, name: str, count: int) -> None:
+        super().__init__(f"{count} DMARC records are published at _dmarc.{name}")
 
 
 def _dmarc_record(name: str, resolver: _Resolver) -> dict[str, str] | None:
     records = [r.decode("utf-8", "replace") for r in resolver.txt(f"_dmarc.{name}")]
-    for record in records:
-        if re.match(r"\s*v\s*=\s*DMARC1\s*(;|$)", record, re.IGNORECASE):
-            tags = {}
-            for part in record.split(";"):
-                key, _, value = part.partition("=")
-                if key.strip():
-                    tags[key.strip().lower()] = value.strip()
-            return tags
-    return None
+    policies = [r for r in records if re.match(r"\s*v\s*=\s*DMARC1\s*(;|$)", r, re.IGNORECASE)]
+    if len(policies) > 1:
+        raise _Several(name, len(policies))
+    if not policies:
+        return None
+    tags = {}
+    for part in policies[0].split(";"):
+        key, _, value = part.partition("=")
+        if key.strip():
+            tags[key.strip().lower()] = value.strip()
+    return tags
 
 
 def _dmarc(
-    from_domain: str, spf_result: SpfOutcome | None, signatures: Sequence[DkimOutcome], resolver: _Resolver
-) -> DmarcOutcome:
+    from_domain: str,
+    spf_result: SpfOutcome | None,
+    signatures: Sequence[DkimOutcome],
+    resolver: _Resolver,
+    org_of: Callable[[str], str],
+) -> tuple[DmarcOutcome, str | None]:
+    """The evaluation, and what made it `none` when several records were published."""
     if not from_domain:
-        return DmarcOutcome(result="permerror", domain="")
+        return DmarcOutcome(result="permerror", domain=""), None
     try:
         tags = _dmarc_record(from_domain, resolver)
-        org = organisational_domain(from_domain)
+        org = org_of(from_domain)
         if tags is None and org != from_domain:
             tags = _dmarc_record(org, resolver)
             if tags is not None and "sp" in tags:
                 tags["p"] = tags["sp"]
     except dns.exception.DNSException:
-        return DmarcOutcome(result="temperror", domain=from_domain)
+        return DmarcOutcome(result="temperror", domain=from_domain), None
+    except _Several as several:
+        return DmarcOutcome(result="none", domain=from_domain), str(several)
     if tags is None:
-        return DmarcOutcome(result="none", domain=from_domain)
+        return DmarcOutcome(result="none", domain=from_domain), None
     spf_aligned = (
         spf_result is not None
         and spf_result.result == "pass"
-        and _aligned(spf_result.domain, from_domain, tags.get("aspf", "r").lower())
+        and _aligned(spf_result.domain, from_domain, tags.get("aspf", "r").lower(), org_of)
     )
     dkim_aligned = any(
-        s.result == "pass" and _aligned(s.domain, from_domain, tags.get("adkim", "r").lower()) for s in signatures
+        s.result == "pass" and _aligned(s.domain, from_domain, tags.get("adkim", "r").lower(), org_of)
+        for s in signatures
     )
-    return DmarcOutcome(
+    outcome = DmarcOutcome(
         result="pass" if spf_aligned or dkim_aligned else "fail",
         domain=from_domain,
         policy=tags.get("p", "none").lower() or "none",
         spf_aligned=spf_aligned,
         dkim_aligned=dkim_aligned,
     )
+    return outcome, None
 
 
-def _arc(raw: bytes, resolver: _Resolver) -> ArcOutcome:
+def _arc(parsed: _Parsed, resolver: _Resolver) -> ArcOutcome:
+    if parsed.message is None:
+        return ArcOutcome(result="fail")
+    if not parsed.has(b"arc-seal"):
+        return ArcOutcome(result="none")  # no chain: nothing to look up
+    if resolver.expired():
+        resolver.note_cut("ARC")
+        return ArcOutcome(result="temperror")
+    resolver.step = "ARC"
+    arc = dkim.ARC()  # given the one parse: ARC verification reads the same headers and body
+    arc.headers, arc.body = parsed.message.headers, parsed.message.body
     try:
-        cv, results, _reason = dkim.arc_verify(raw, dnsfunc=resolver.dkim_key)
+        cv, results, _reason = arc.verify(dnsfunc=resolver.dkim_key)
     except dkim.DKIMException:
         return ArcOutcome(result="fail")
     result = {dkim.CV_Pass: "pass", dkim.CV_Fail: "fail", dkim.CV_None: "none"}.get(cv, "fail")
     return ArcOutcome(result=result, instances=len(results))
+
+
+def _bound_findings(skipped: list[str], cut: list[str], *, deadline: float) -> list[RawFinding]:
+    """What the bounds left out: signatures past the cap, steps past the deadline."""
+    out: list[RawFinding] = []
+    if skipped:
+        shown = ", ".join(sorted({d or "?" for d in skipped})[:5])
+        out.append(
+            (
+                "info",
+                "dkim_not_checked",
+                f"{len(skipped)} more DKIM signature(s) not verified (d={shown}): at most "
+                f"{MAX_DKIM_SIGNATURES} are, those of the From domain's organization first.",
+                "",
+            )
+        )
+    if cut:
+        out.append(
+            (
+                "warning",
+                "auth_cut",
+                f"The authentication check stopped at its {deadline:g} s deadline ({DEADLINE_LOOKUPS} DNS "
+                f"timeouts): {', '.join(cut)} not finished; their results are temperror.",
+                "",
+            )
+        )
+    return out
 
 
 def _authentication_results(
