@@ -120,8 +120,10 @@ def checks_context(report: CheckReport) -> dict[str, Any]:
 
 
 async def _mailbox(call: Call, request: Request) -> Mailbox:
-    principal = call.principal
-    return await call.services.mailboxes.find(principal, request.path_params["mailbox"], scope="user")
+    """The mailbox the path names, or the user's sandbox for a caught message under `/sandbox`."""
+    if "mailbox" not in request.path_params:
+        return await call.services.sandboxes.mailbox(call.user)
+    return await call.services.mailboxes.find(call.principal, request.path_params["mailbox"], scope="user")
 
 
 async def message_checks(call: Call, mailbox: Mailbox, message_id: str) -> dict[str, Any]:
@@ -135,7 +137,12 @@ async def recheck_links(request: Request, call: Call) -> Response:
     mailbox = await _mailbox(call, request)
     message_id = request.path_params["message"]
     await call.services.checks.report(mailbox, message_id, refresh="links")
-    return redirect(f"/mailboxes/{mailbox.id}/messages/{message_id}?tab=checks#ck-links")
+    home = "/sandbox" if "mailbox" not in request.path_params else f"/mailboxes/{mailbox.id}"
+    return redirect(f"{home}/messages/{message_id}?tab=checks#ck-links")
 
 
-routes = [Route("/mailboxes/{mailbox}/messages/{message}/checks/links", recheck_links, methods=["POST"])]
+# A caught message's form posts under /sandbox, where its page is (web/mail.py).
+routes = [
+    Route("/mailboxes/{mailbox}/messages/{message}/checks/links", recheck_links, methods=["POST"]),
+    Route("/sandbox/messages/{message}/checks/links", recheck_links, methods=["POST"]),
+]

@@ -33,13 +33,16 @@ async def release_context(call: Call, mailbox: Mailbox, message_id: str) -> dict
 
 @page(operation=True)
 async def release_message(request: Request, call: Call) -> Response:
-    principal = call.principal
-    mailbox = await call.services.mailboxes.find(principal, request.path_params["mailbox"], scope="user")
+    if "mailbox" in request.path_params:
+        mailbox = await call.services.mailboxes.find(call.principal, request.path_params["mailbox"], scope="user")
+        home = f"/mailboxes/{mailbox.id}"
+    else:  # a caught message, under /sandbox where its page is (web/mail.py)
+        mailbox, home = await call.services.sandboxes.mailbox(call.user), "/sandbox"
     message_id = request.path_params["message"]
     to = [a for a in _SEPARATORS.split(call.form.get("to", "")) if a]
     context: dict[str, Any] = {
         "mailbox": mailbox,
-        "base": f"/mailboxes/{mailbox.id}/messages/{message_id}",
+        "base": f"{home}/messages/{message_id}",
         "to": ", ".join(to),
     }
     try:
@@ -52,4 +55,7 @@ async def release_message(request: Request, call: Call) -> Response:
     return render(request, call, "release_result.html", release=done, error="", **context)
 
 
-routes = [Route("/mailboxes/{mailbox}/messages/{message}/release", release_message, methods=["POST"])]
+routes = [
+    Route("/mailboxes/{mailbox}/messages/{message}/release", release_message, methods=["POST"]),
+    Route("/sandbox/messages/{message}/release", release_message, methods=["POST"]),
+]
