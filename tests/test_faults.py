@@ -29,9 +29,8 @@ async def sandbox(harness: Harness) -> Sandbox:
 
 
 async def put_faults(harness: Harness, mailbox: dict[str, Any], body: dict[str, Any]) -> Any:
-    return await harness.http.put(
-        f"/api/accounts/{mailbox['address']}/faults", json=body, headers=harness.auth(mailbox["token"])
-    )
+    """PUT with the API token that made the mailbox (the harness's admin token, by default)."""
+    return await harness.http.put(f"/api/accounts/{mailbox['address']}/faults", json=body, headers=harness.auth())
 
 
 def session(port: int) -> smtplib.SMTP:
@@ -80,11 +79,11 @@ async def test_faults_are_set_read_and_cleared_on_both_back_ends(harness: Harnes
         "expires_at": rules[0]["expires_at"],
     }
     assert rules[3]["greylist"] == {"min_retry_s": 1}
-    got = await harness.http.get(f"/api/accounts/{box['address']}/faults", headers=harness.auth(box["token"]))
+    got = await harness.http.get(f"/api/accounts/{box['address']}/faults", headers=harness.auth())
     assert got.json() == put.json()
-    gone = await harness.http.delete(f"/api/accounts/{box['address']}/faults", headers=harness.auth(box["token"]))
+    gone = await harness.http.delete(f"/api/accounts/{box['address']}/faults", headers=harness.auth())
     assert gone.status_code == 204
-    got = await harness.http.get(f"/api/accounts/{box['address']}/faults", headers=harness.auth(box["token"]))
+    got = await harness.http.get(f"/api/accounts/{box['address']}/faults", headers=harness.auth())
     assert got.json() == {"rules": []}
 
 
@@ -115,20 +114,39 @@ async def test_an_invalid_rule_is_refused_with_400_naming_it(
     assert response.status_code == 400, response.text
     message = response.json()["message"]
     assert "rule 2" in message and named in message, message
-    got = await harness.http.get(f"/api/accounts/{box['address']}/faults", headers=harness.auth(box["token"]))
+    got = await harness.http.get(f"/api/accounts/{box['address']}/faults", headers=harness.auth())
     assert got.json() == {"rules": []}  # nothing of a refused PUT is kept
 
 
 @sqlite_only
 async def test_another_users_mailbox_faults_are_not_reachable(harness: Harness) -> None:
     box = await harness.new_mailbox()
-    other = await harness.new_mailbox(await harness.new_user("free"))
     response = await harness.http.put(
         f"/api/accounts/{box['address']}/faults",
         json={"rules": [{"stage": "rcpt", "reply": "452 4.2.2 Mailbox full"}]},
-        headers=harness.auth(other["token"]),
+        headers=harness.auth(await harness.new_user("pro")),
     )
-    assert response.status_code in (403, 404)
+    assert response.status_code == 404, response.text  # another user's resources answer 404 everywhere
+    assert response.json()["error"] == "not_found"
+
+
+@sqlite_only
+async def test_a_mailbox_token_cannot_set_read_or_clear_faults(harness: Harness) -> None:
+    """Faults change what every sender to the mailbox meets: its owner's API token sets them, not
+    the mailbox token a WebSocket client or a leaked test log holds."""
+    box = await harness.new_mailbox()
+    url = f"/api/accounts/{box['address']}/faults"
+    body = {"rules": [{"stage": "rcpt", "reply": "452 4.2.2 Mailbox full"}]}
+    mine = harness.auth(box["token"])
+    for response in (
+        await harness.http.put(url, json=body, headers=mine),
+        await harness.http.get(url, headers=mine),
+        await harness.http.delete(url, headers=mine),
+    ):
+        assert response.status_code == 403, response.text
+        assert response.json()["error"] == "access_denied"
+    assert (await harness.http.get(url, headers=harness.auth())).json() == {"rules": []}
+    assert (await asyncio.to_thread(rcpt, harness.server.smtp_port, box["address"]))[0] == 250
 
 
 # Each rule over SMTP --------------------------------------------------------------------------------
@@ -246,7 +264,7 @@ async def test_a_rule_lapses_after_expires_in(harness: Harness) -> None:
     assert (await asyncio.to_thread(rcpt, harness.server.smtp_port, box["address"]))[0] == 452
     harness.clock.advance(61)
     assert (await asyncio.to_thread(rcpt, harness.server.smtp_port, box["address"]))[0] == 250
-    got = await harness.http.get(f"/api/accounts/{box['address']}/faults", headers=harness.auth(box["token"]))
+    got = await harness.http.get(f"/api/accounts/{box['address']}/faults", headers=harness.auth())
     assert got.json() == {"rules": []}
 
 
@@ -255,7 +273,7 @@ async def test_clearing_applies_at_once_despite_the_recipient_cache(harness: Har
     box = await harness.new_mailbox()
     await put_faults(harness, box, {"rules": [{"stage": "rcpt", "reply": "452 4.2.2 Mailbox full"}]})
     assert (await asyncio.to_thread(rcpt, harness.server.smtp_port, box["address"]))[0] == 452
-    await harness.http.delete(f"/api/accounts/{box['address']}/faults", headers=harness.auth(box["token"]))
+    await harness.http.delete(f"/api/accounts/{box['address']}/faults", headers=harness.auth())
     assert (await asyncio.to_thread(rcpt, harness.server.smtp_port, box["address"]))[0] == 250
 
 
@@ -355,7 +373,7 @@ async def test_faults_ride_on_the_cached_recipient_row_not_on_a_query_per_messag
 async def test_the_async_client_sets_reads_and_clears_faults(harness: Harness, sandbox: Sandbox) -> None:
     box = await harness.new_mailbox()
     url = f"http://127.0.0.1:{harness.server.http_port}"
-    async with AsyncClient(url, box["token"]) as client:
+    async with AsyncClient(url, harness.admin_token) as client:
         stored = await client.set_faults(box["address"], [{"stage": "rcpt", "reply": "450 4.2.1 Busy"}], expires_in=60)
         assert [r["reply"] for r in stored] == ["450 4.2.1 Busy"] and stored[0]["expires_at"]
         assert await client.faults(box["address"]) == stored

@@ -37,7 +37,8 @@ from inboxd.services.checks.reports import CheckService
 from inboxd.services.credentials import MailboxTokens
 from inboxd.services.domains import DomainService
 from inboxd.services.export import ExportService
-from inboxd.services.faults import FaultCounters, FaultService, MemoryFaultCounters
+from inboxd.services.fault_counters import FaultCounters, MemoryFaultCounters
+from inboxd.services.faults import FaultService
 from inboxd.services.ingest import IngestService
 from inboxd.services.limits import Limiter
 from inboxd.services.limits_memory import MemoryCounters

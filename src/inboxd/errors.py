@@ -13,6 +13,7 @@
     ├── Gone                         410 expired / domain_expired
     ├── PayloadTooLarge              413 payload_too_large
     ├── FilterTooBroad               422 filter_too_broad (a filter read its bound of rows, the page not full)
+    ├── FaultDelayTooLong            422 fault_delay_too_long (a fault set's delays of one stage over the cap)
     ├── RateLimited                  429 rate_limit_exceeded / ops_quota_exceeded / release_limit_reached
     ├── ProviderError                502 provider_error: an identity provider down or answering nonsense
     ├── RelayError                   502 relay_error: the release relay unreachable or failing the session
@@ -108,6 +109,12 @@ class FilterTooBroad(InboxdError):
     status = 422
     code = "filter_too_broad"
     default_message = "The filter read as many messages as it may without filling the page."
+
+
+class FaultDelayTooLong(InboxdError):
+    status = 422
+    code = "fault_delay_too_long"
+    default_message = "The fault set's delays of one stage add up to more than senders should wait."
 
 
 class RateLimited(InboxdError):

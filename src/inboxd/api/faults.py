@@ -1,7 +1,7 @@
 """`/api/accounts/{mailbox}/faults` and `/api/user/sandbox/faults`: SMTP faults on purpose (issue 27).
 
 A PUT replaces the whole list of rules, a GET reads the rules still in force, a DELETE clears
-them. The rules themselves (stages, replies, validation, counting) live in `services/faults.py`.
+them. The rules themselves (stages, replies, validation, caps) live in `services/fault_rules.py`.
 """
 
 from __future__ import annotations
@@ -18,14 +18,16 @@ from inboxd.http.body import read_json
 from inboxd.http.pipeline import Call, endpoint
 from inboxd.http.responses import json_response, no_content
 from inboxd.model import GreylistRule, Mailbox, RateRule, Rule, iso
-from inboxd.services.faults import EXAMPLE_RULES, FaultsIn
+from inboxd.services.fault_rules import EXAMPLE_RULES, MAX_STAGE_DELAY_MS, FaultsIn
 
 _DESCRIPTION = (
     "Rules at a stage (`rcpt`, `data`, `data_end`; the sandbox also `connect`, `auth`, `mail`): a "
     "`reply` (4xx/5xx with its enhanced status) for the next `times` attempts or with a "
     "`probability`; `delay_ms`; `disconnect`; `rate` {messages, per_s, reply}; `greylist` "
     "{min_retry_s}. `expires_in` (seconds, on the body or a rule) makes a rule lapse by itself. "
-    "A PUT replaces every rule; an invalid rule is 400 naming it. README: SMTP faults."
+    "A PUT replaces every rule; an invalid rule is 400 naming it; delays adding up to more than "
+    f"{MAX_STAGE_DELAY_MS // 1000} s at one stage are 422 `fault_delay_too_long`. An API token of the "
+    "mailbox's owner sets them, never a mailbox token (403 `access_denied`). README: SMTP faults."
 )
 
 
@@ -82,7 +84,7 @@ async def _mailbox(request: Request, call: Call) -> Mailbox:
     errors=(404,),
     extension=True,
 )
-@endpoint(mailbox_token=True)
+@endpoint()
 async def put_mailbox_faults(request: Request, call: Call) -> Response:
     body = await read_json(request, FaultsIn)
     rules = await call.services.faults.put(await _mailbox(request, call), body)
@@ -90,13 +92,13 @@ async def put_mailbox_faults(request: Request, call: Call) -> Response:
 
 
 @describe("Get a mailbox's SMTP faults", tag="faults", response=FaultsOut, errors=(404,), extension=True)
-@endpoint(mailbox_token=True)
+@endpoint()
 async def get_mailbox_faults(request: Request, call: Call) -> Response:
     return json_response(_faults(await call.services.faults.get(await _mailbox(request, call))))
 
 
 @describe("Clear a mailbox's SMTP faults", tag="faults", status=204, errors=(404,), extension=True)
-@endpoint(mailbox_token=True)
+@endpoint()
 async def clear_mailbox_faults(request: Request, call: Call) -> Response:
     await call.services.faults.clear(await _mailbox(request, call))
     return no_content()

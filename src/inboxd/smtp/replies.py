@@ -29,6 +29,9 @@ TOO_MANY_FROM_IP = "421 4.7.0 Too many connections from your address, try again 
 PROXY_HEADER_REQUIRED = "421 4.7.0 A PROXY protocol header is required from this address"
 TEMP_FAILURE = "451 4.3.0 Temporary storage failure, try again later"
 TOO_MANY_RECIPIENTS = "452 4.5.3 Too many recipients"
+# A recipient whose mailbox's DATA faults differ from the first recipient's: RFC 5321 §3.3 lets the
+# server take fewer recipients, and the sender sends this one again in a transaction of its own.
+SPLIT_TRANSACTION = "452 4.5.3 Too many recipients, send this one in a transaction of its own"
 INSUFFICIENT_STORAGE = "452 4.3.1 Insufficient system storage, try again later"
 
 LINE_TOO_LONG = "500 5.5.2 Line too long"

@@ -36,8 +36,9 @@ the submission listener, `smtp/submission.py`), the gate before MAIL, and where 
 go. `Reception`, the default, is the MX: RCPT names a mailbox, DATA stores a copy per mailbox.
 
 Where it lives: this module is the listener (`SmtpServer`: sockets, admission, shutdown) and the
-hooks; `smtp/session.py` the protocol (reading, commands, replies, TLS, timeouts);
-`smtp/transaction.py` MAIL, RCPT, DATA and the delivery at its end; `smtp/data.py` DATA's bytes.
+receiving hooks; `smtp/hooks.py` the types a session names (`SessionHooks`, `Listener`);
+`smtp/session.py` the protocol (reading, commands, replies, TLS, timeouts); `smtp/transaction.py`
+MAIL, RCPT, DATA and the delivery at its end; `smtp/data.py` DATA's bytes.
 """
 
 from __future__ import annotations
@@ -49,7 +50,6 @@ import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
 
 from inboxd.config import Settings
 from inboxd.http.client_address import TrustedProxies, trusted_proxies
@@ -60,6 +60,7 @@ from inboxd.services.ingest import IngestService, Recipient
 from inboxd.services.limits import client_key
 from inboxd.services.space import SpaceGuard
 from inboxd.smtp import replies as R
+from inboxd.smtp.hooks import SessionHooks
 from inboxd.smtp.session import Session
 from inboxd.smtp.tally import SmtpTally
 from inboxd.tasks import TaskSet
@@ -69,58 +70,6 @@ from inboxd.tasks import TaskSet
 BIG_AT_ONCE = 1
 
 log = logging.getLogger("inboxd.smtp")
-
-
-class SessionHooks(Protocol):
-    """One session's listener-specific behaviour; the engine calls it, it answers through the session."""
-
-    def ehlo_keywords(self) -> Sequence[str]:
-        """Extra EHLO keywords (e.g. `AUTH PLAIN LOGIN`)."""
-        ...
-
-    def command(self, verb: str, arg: str) -> bool:
-        """Handle a verb the engine does not know; False when the listener does not know it either."""
-        ...
-
-    def mail_refusal(self) -> str | None:
-        """The reply that refuses MAIL now (e.g. 530 before AUTH), or None."""
-        ...
-
-    def cached(self, address: str, *, declared_size: int | None) -> Recipient | None:
-        """The mailbox an RCPT address lands in when known without waiting, else None (`resolve`)."""
-        ...
-
-    async def resolve(self, address: str, *, declared_size: int | None) -> Recipient:
-        """The mailbox an RCPT address lands in, or a `MessageRejected`."""
-        ...
-
-    def deliver(
-        self,
-        *,
-        sender: str,
-        recipients: Sequence[Recipient],
-        envelope: Sequence[str],
-        raw: bytes | bytearray,
-        client: tuple[str, str | None],
-    ) -> Awaitable[object]:
-        """Store the message (committed when the awaitable is done); `envelope` is every accepted
-        RCPT address, `client` the client's address and HELO name (kept for the SPF check). A plain
-        function returning the ingest's awaitable, so no frame of the hook keeps `raw` alive while
-        the commit waits (ingest lets go of it once compressed)."""
-        ...
-
-    def tls_started(self) -> None:
-        """The session restarted under TLS: forget what was said before it."""
-        ...
-
-    def session_faults(self) -> FaultSet | None:
-        """The SMTP faults known before RCPT (the sandbox's, once AUTH named its user), for MAIL."""
-        ...
-
-    @property
-    def authenticated(self) -> bool:
-        """Whether the client authenticated (`Received:` then says ESMTPA, RFC 3848)."""
-        ...
 
 
 class Reception:

@@ -10,16 +10,14 @@ import logging
 import ssl
 import time
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from inboxd.services.ingest import Recipient
 from inboxd.smtp import proxy_protocol
 from inboxd.smtp import replies as R
 from inboxd.smtp.data import DataBuffer
+from inboxd.smtp.hooks import Listener
 from inboxd.smtp.transaction import Transaction
-
-if TYPE_CHECKING:
-    from inboxd.smtp.server import SmtpServer
 
 log = logging.getLogger("inboxd.smtp")
 
@@ -35,7 +33,7 @@ PROXY_HEADER_TIMEOUT = 10.0
 
 
 class _Session(Transaction, asyncio.Protocol):
-    def __init__(self, server: SmtpServer) -> None:
+    def __init__(self, server: Listener[_Session]) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()

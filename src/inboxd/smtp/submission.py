@@ -39,7 +39,7 @@ from inboxd.services.ingest import IngestService, Recipient
 from inboxd.services.limits import Admission
 from inboxd.services.sandbox import SandboxService, Submitter, Target
 from inboxd.smtp import replies as R
-from inboxd.smtp.server import SessionHooks
+from inboxd.smtp.hooks import SessionHooks
 from inboxd.smtp.session import Session
 
 log = logging.getLogger("inboxd.smtp.submission")

@@ -16,20 +16,18 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import format_datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inboxd.errors import InboxdError, MessageRejected
 from inboxd.ids import random_hex
 from inboxd.logs import write_info
 from inboxd.model import FaultSet
-from inboxd.services.faults import NOTHING, Action, FaultService, first_action
+from inboxd.services.fault_rules import NOTHING, Action
+from inboxd.services.faults import FaultService, first_action
 from inboxd.services.ingest import OFF_LOOP_BYTES, Recipient
 from inboxd.smtp import replies as R
 from inboxd.smtp.data import DataBuffer
-
-if TYPE_CHECKING:
-    from inboxd.smtp.server import SessionHooks, SmtpServer
-
+from inboxd.smtp.hooks import Listener, SessionHooks
 
 log = logging.getLogger("inboxd.smtp")
 
@@ -44,7 +42,7 @@ class Transaction:
 
     if TYPE_CHECKING:
         # What the session (`smtp/session.py`) holds and does, as this part of it uses it.
-        server: SmtpServer
+        server: Listener[Any]
         hooks: SessionHooks
         transport: asyncio.Transport | None
         buf: bytearray
@@ -162,8 +160,15 @@ class Transaction:
         self.pump()
 
     def _accept(self, address: str, recipient: Recipient) -> bool:
-        """Accept the recipient, unless its mailbox's faults answer RCPT; False while a delay runs."""
+        """Accept the recipient, unless its mailbox's faults answer RCPT or its DATA faults differ
+        from the first recipient's; False while a delay runs."""
         faults = recipient.faults
+        first = self.recipients[0].faults if self.recipients else faults
+        # One mailbox's DATA or final-dot fault must never answer for another's message (two None
+        # checks for mail without faults).
+        if (faults is not None or first is not None) and _data_faults(faults) != _data_faults(first):
+            self.reply(R.SPLIT_TRANSACTION)
+            return True
         if faults is not None and "rcpt" in faults.stages:
             proceed = functools.partial(self._take_recipient, address, recipient)
             return self._faulty([faults], "rcpt", proceed, sender=self.sender or "", recipient=address)
@@ -411,6 +416,14 @@ class Transaction:
         head = f"Received: from {helo} ([{self.peer}])\r\n\tby {self.server.hostname} (inboxd) with {proto} "
         self.received_head = (key, head)
         return head
+
+
+def _data_faults(faults: FaultSet | None) -> str | None:
+    """What a recipient's DATA and final dot answer with: its set's version when the set has rules
+    for those stages, else None (no faults, or RCPT's alone, which answer each recipient apart)."""
+    if faults is None or ("data" not in faults.stages and "data_end" not in faults.stages):
+        return None
+    return faults.version
 
 
 @functools.lru_cache(maxsize=2)

@@ -1,4 +1,5 @@
-"""The dashboard's side of SMTP faults: the banner's content, and its "Clear faults" buttons.
+"""The dashboard's side of SMTP faults: the banner's content (each rule in words), and its "Clear
+faults" buttons.
 
 A mailbox (or the sandbox) with faults answers SMTP on purpose as a broken server would; the page
 says so plainly, so nobody mistakes a test's 452 for a real problem, and offers to clear them.
@@ -14,9 +15,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inboxd.http.pipeline import Call
-from inboxd.model import Mailbox, iso
+from inboxd.model import Mailbox, Rule, iso
 from inboxd.services.credentials import require_pro
-from inboxd.services.faults import describe
 from inboxd.services.registry import Services
 from inboxd.web.pages import page, redirect
 
@@ -32,6 +32,27 @@ async def banner(services: Services, mailbox: Mailbox) -> list[dict[str, Any]]:
         }
         for r in await services.faults.get(mailbox)
     ]
+
+
+def describe(rule: Rule) -> str:
+    """A rule in words, for the banner (e.g. "452 4.2.2 Mailbox full, the next 2 times")."""
+    if rule.greylist is not None:
+        what = f"greylisting: 451 4.7.1 until a retry after {rule.greylist.min_retry_s:g} s"
+    elif rule.rate is not None:
+        what = f"at most {rule.rate.messages} messages per {rule.rate.per_s:g} s, then {rule.rate.reply}"
+    elif rule.disconnect:
+        what = "drop the connection without a reply"
+    elif rule.reply is not None:
+        what = rule.reply
+    else:
+        what = "no change"
+    if rule.delay_ms:
+        what = f"wait {rule.delay_ms} ms, then {what}" if rule.reply or rule.disconnect else f"wait {rule.delay_ms} ms"
+    if rule.times is not None:
+        what += f", the next {rule.times} time{'s' if rule.times != 1 else ''}"
+    if rule.probability is not None:
+        what += f", with probability {rule.probability:g}"
+    return what
 
 
 def _short(ts: float) -> str:
