@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from inboxd.mail.html_lines import TEXT_URL, render_html, trim_url
+from inboxd.mail.html_lines import render_html, text_urls
 
 __all__ = ["Link", "find_codes", "find_links"]
 
@@ -68,8 +68,7 @@ def find_links(text_body: str, html_body: str) -> list[Link]:
     if html_body:
         for url, text in render_html(html_body).links:
             add(url, text)
-    for match in TEXT_URL.finditer(text_body):
-        url = trim_url(match.group(0))
+    for url in text_urls(text_body):
         add(url, url)
     return out
 
@@ -151,6 +150,9 @@ _BAD_AFTER_DIGITS = re.compile(
     re.IGNORECASE,
 )
 _MAX_CODE_TEXT = 256 * 1024
+# Of the Subject, this much is scanned: a code in a Subject comes first ("123456 is your code") and
+# real Subjects stay under 200 characters; ingest keeps at most decoding.MAX_SUBJECT of it.
+_MAX_CODE_SUBJECT = 1000
 _SET_APART_TRIM = " \t\u00a0:：.。!！*\"'“”«»「」【】[]()"
 
 
@@ -213,20 +215,70 @@ def _grouped_shape(token: str) -> str | None:
     return None
 
 
-def _labelled_apart(lines: list[str], index: int, start: int, raw: str, ctx: _Context) -> bool:
+@dataclass(slots=True)
+class _Line:
+    """What the scorer asks of one line and the lines above it, computed once per line: asking it
+    per candidate made a long line quadratic (a 200 KB Subject of "123 123 ..." took 33 s)."""
+
+    text: str
+    stripped: str  # the line without what may surround a set-apart code
+    first_alpha: int  # index of its first letter; len(text) when it has none
+    promotion: bool  # it offers a promotion
+    above: str  # the last two non-blank lines of the three above it, joined (each cut to _MAX_ABOVE)
+    nearest_above: str  # the nearest non-blank line of the three above it ("" when none), cut
+    above_code_word: bool  # a code noun or verb in ``above``
+    above_noun: bool
+    above_negative: bool
+    above_tail_negative: bool  # a label of something else in the last 60 characters of ``above``
+
+
+# The lines above a candidate are read this far back from their ends (labels sit at a line's end).
+_MAX_ABOVE = 200
+
+
+def _first_alpha(text: str) -> int:
+    for i, ch in enumerate(text):
+        if ch.isalpha():
+            return i
+    return len(text)
+
+
+def _facts(lines: list[str]) -> list[_Line]:
+    out: list[_Line] = []
+    recent: list[str] = []  # the non-blank lines among the three above, nearest last, each cut
+    for index, text in enumerate(lines):
+        window = [lines[i] for i in range(max(0, index - 3), index)]
+        recent = [line[-_MAX_ABOVE:] for line in window if line.strip()]
+        above = " ".join(recent[-2:])
+        out.append(
+            _Line(
+                text=text,
+                stripped=text.strip(_SET_APART_TRIM),
+                first_alpha=_first_alpha(text),
+                promotion=bool(_PROMOTION.search(text)),
+                above=above,
+                nearest_above=recent[-1] if recent else "",
+                above_code_word=bool(above and (_NOUNS.search(above) or _VERBS.search(above))),
+                above_noun=bool(above and _NOUNS.search(above)),
+                above_negative=bool(above and _NEGATIVES.search(above)),
+                above_tail_negative=bool(above and _NEGATIVES.search(above[-60:])),
+            )
+        )
+    return out
+
+
+def _labelled_apart(line: _Line, start: int, raw: str, ctx: _Context) -> bool:
     """Whether ``raw`` is set apart (alone on its line or the whole of an emphasised element) and
     labelled as the code: a code noun on its line before it, else on the nearest line above (a heading
     or "Your login code:"), with no word that makes it a promotion, an order, a tracking number..."""
-    line = lines[index]
-    if line.strip(_SET_APART_TRIM) != raw and raw not in ctx.emphasised:
+    if line.stripped != raw and raw not in ctx.emphasised:
         return False
-    label = line[:start]
-    if not any(ch.isalpha() for ch in label):
-        above = [text for text in lines[max(0, index - 3) : index] if text.strip()]
-        if not above:
-            return False
-        label = above[-1]
-    label = label[-120:]
+    if line.first_alpha < start:
+        label = line.text[max(0, start - 120) : start]
+    elif line.nearest_above:
+        label = line.nearest_above[-120:]
+    else:
+        return False
     nouns = [m.start() for m in (*_NOUNS.finditer(label), *_PHRASE_NOUNS.finditer(label))]
     if not nouns or _PROMOTION.search(label) or _NOT_A_CODE.search(label):
         return False
@@ -256,10 +308,10 @@ def _last(pattern: re.Pattern[str], text: str) -> int:
     return end
 
 
-def _score(lines: list[str], index: int, start: int, end: int, raw: str, ctx: _Context, *, digits: bool) -> int | None:
-    """The evidence around the candidate ``raw`` at ``lines[index][start:end]`` that it is a code
+def _score(facts: _Line, start: int, end: int, raw: str, ctx: _Context, *, digits: bool) -> int | None:
+    """The evidence around the candidate ``raw`` at ``facts.text[start:end]`` that it is a code
     (its line, the two lines above, emphasis); None rejects it."""
-    line = lines[index]
+    line = facts.text
     before = line[max(0, start - 80) : start]
     after = line[end : end + 50]
     if before and before[-1] in _BAD_BEFORE:
@@ -273,7 +325,7 @@ def _score(lines: list[str], index: int, start: int, end: int, raw: str, ctx: _C
     negative = _last(_NEGATIVES, before)
     if negative >= 0 and negative > max(noun_before, verb_before):
         return None
-    if _PROMOTION.search(line):
+    if facts.promotion:
         return None
     head = after[:45]
     if negative < 0 and _NEGATIVES.search(head[:20]) and not _NOUNS.search(head):
@@ -293,26 +345,47 @@ def _score(lines: list[str], index: int, start: int, end: int, raw: str, ctx: _C
         score = max(score, 3)
     elif verb_after:
         score += 1
-    above = [text for text in lines[max(0, index - 3) : index] if text.strip()][-2:]
-    above_text = " ".join(above)
-    if above_text and (_NOUNS.search(above_text) or _VERBS.search(above_text)):
-        if _NEGATIVES.search(above_text) and not _NOUNS.search(above_text):
+    if facts.above_code_word:
+        if facts.above_negative and not facts.above_noun:
             score -= 2
         else:
             score += 2
-    elif above_text and noun_before < 0 and _NEGATIVES.search(above_text[-60:]):
+    elif facts.above and noun_before < 0 and facts.above_tail_negative:
         score -= 2
-    alone = line.strip(_SET_APART_TRIM) == raw
+    alone = facts.stripped == raw
     if alone or raw in ctx.emphasised or raw.replace(" ", "") in ctx.emphasised:
         score += 2
     return score
 
 
-def _candidates_in(lines: list[str], ctx: _Context, found: dict[str, _Candidate], order: list[int]) -> None:
-    for index, original in enumerate(lines):
-        line = _URLISH.sub(lambda m: " " * len(m.group(0)), original)
-        taken: list[tuple[int, int]] = []
+@dataclass(slots=True)
+class _Found:
+    """The candidates found so far, and how many were scored (scoring is bounded per message)."""
+
+    codes: dict[str, _Candidate]
+    next_order: int = 0
+    scored: int = 0
+
+    @property
+    def full(self) -> bool:
+        return self.scored >= _MAX_SCORED
+
+
+# Candidates scored per message, in document order. Scoring one runs a few large regular expressions
+# over its context (about a millisecond under load); real mail has under ten, and a code comes near
+# the top, so a body of numbers stops being read here.
+_MAX_SCORED = 200
+
+
+def _candidates_in(lines: list[str], ctx: _Context, found: _Found) -> None:
+    for facts in _facts(lines):
+        if found.full:
+            return
+        line = _URLISH.sub(lambda m: " " * len(m.group(0)), facts.text)
+        taken: list[tuple[int, int]] = []  # spans of the spaced pairs, in order
         for match in _SPACED.finditer(line):
+            if found.full:
+                return
             start, end = match.span()
             before, after = line[max(0, start - 2) : start], line[end : end + 2]
             # A third group on either side makes it a phone number or a list of numbers.
@@ -326,32 +399,38 @@ def _candidates_in(lines: list[str], ctx: _Context, found: dict[str, _Candidate]
             if len(code) > 8:
                 continue
             taken.append((start, end))
-            score = _score(lines, index, start, end, match.group(0), ctx, digits=True)
-            _keep(found, order, code, score, digits=True)
+            score = _score(facts, start, end, match.group(0), ctx, digits=True)
+            _keep(found, code, score, digits=True)
+        next_taken = 0  # tokens come in order too, so the spans they may fall in are passed once
         for match in _TOKEN.finditer(line):
+            if found.full:
+                return
             start, end = match.span()
-            if any(s <= start < e for s, e in taken):
+            while next_taken < len(taken) and taken[next_taken][1] <= start:
+                next_taken += 1
+            if next_taken < len(taken) and taken[next_taken][0] <= start:
                 continue
             shape = _shape(match.group(0))
             if shape is None:
                 grouped = _grouped_shape(match.group(0)) if "-" in match.group(0) else None
-                if grouped is not None and _labelled_apart(lines, index, start, match.group(0), ctx):
-                    _keep(found, order, grouped, _GROUPED_SCORE, digits=False)
+                if grouped is not None and _labelled_apart(facts, start, match.group(0), ctx):
+                    _keep(found, grouped, _GROUPED_SCORE, digits=False)
                 continue
             code, digits = shape
             if not digits and (_HEX.fullmatch(code) and line[max(0, start - 1) : start] == "#"):
                 continue
-            score = _score(lines, index, start, end, match.group(0), ctx, digits=digits)
-            _keep(found, order, code, score, digits=digits)
+            score = _score(facts, start, end, match.group(0), ctx, digits=digits)
+            _keep(found, code, score, digits=digits)
 
 
-def _keep(found: dict[str, _Candidate], order: list[int], code: str, score: int | None, *, digits: bool) -> None:
+def _keep(found: _Found, code: str, score: int | None, *, digits: bool) -> None:
+    found.scored += 1
     if score is None:
         return
-    known = found.get(code)
+    known = found.codes.get(code)
     if known is None:
-        found[code] = _Candidate(code, digits, code.upper() == code, score, order[0])
-        order[0] += 1
+        found.codes[code] = _Candidate(code, digits, code.upper() == code, score, found.next_order)
+        found.next_order += 1
     elif score > known.local:
         known.local = score
 
@@ -367,7 +446,8 @@ def _accepted(c: _Candidate, message_score: int) -> bool:
 
 def find_codes(subject: str, text_body: str, html_body: str) -> list[str]:
     """The one-time codes in a message, the most likely first; [] when it has none."""
-    # Codes sit near the top of a message; the cap bounds the work a huge body asks for.
+    # Codes sit near the top of a message; the caps bound the work a huge body asks for.
+    subject = subject[:_MAX_CODE_SUBJECT]
     text_body = text_body[:_MAX_CODE_TEXT]
     rendered = render_html(html_body) if html_body else None
     html_text = rendered.text[:_MAX_CODE_TEXT] if rendered is not None else ""
@@ -377,12 +457,11 @@ def find_codes(subject: str, text_body: str, html_body: str) -> list[str]:
         body_has_word=bool(_NOUNS.search(body_text) or _VERBS.search(body_text)),
         emphasised=rendered.emphasised if rendered is not None else set(),
     )
-    found: dict[str, _Candidate] = {}
-    order = [0]
-    _candidates_in([subject], ctx, found, order)
-    _candidates_in(text_body.splitlines(), ctx, found, order)
+    found = _Found(codes={})
+    _candidates_in([subject], ctx, found)
+    _candidates_in(text_body.splitlines(), ctx, found)
     if html_text:
-        _candidates_in(html_text.splitlines(), ctx, found, order)
+        _candidates_in(html_text.splitlines(), ctx, found)
     message_score = int(ctx.subject_has_word) + int(ctx.body_has_word)
-    ranked = sorted((c for c in found.values() if _accepted(c, message_score)), key=lambda c: (-c.local, c.order))
+    ranked = sorted((c for c in found.codes.values() if _accepted(c, message_score)), key=lambda c: (-c.local, c.order))
     return [c.code for c in ranked]

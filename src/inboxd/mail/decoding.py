@@ -16,7 +16,7 @@ from email.utils import getaddresses
 
 from inboxd.mail.html_text import collapse
 
-__all__ = ["without_surrogates"]
+__all__ = ["MAX_SUBJECT", "without_surrogates"]
 
 
 # getaddresses walks its input character by character in Python; no genuine From header comes near this.
@@ -63,9 +63,18 @@ def _header(headers: Message, name: str) -> str:
     return "" if value is None else str(value)
 
 
+# The Subject kept of a message, decoded and collapsed: Outlook caps a Subject at 255 characters and
+# no mail program shows more than a line of it; 200 KB of Subject cost the code finder and the list
+# seconds. Of the header, at most _MAX_SUBJECT_SOURCE characters are decoded (encoded words take
+# about four times the space of their text).
+MAX_SUBJECT = 2048
+_MAX_SUBJECT_SOURCE = 4 * MAX_SUBJECT + 1024
+
+
 def subject_header(headers: Message) -> str:
+    """The decoded Subject, collapsed, cut to MAX_SUBJECT characters; "" when absent or unreadable."""
     try:
-        return collapse(decode_words(_header(headers, "subject")))
+        return collapse(decode_words(_header(headers, "subject")[:_MAX_SUBJECT_SOURCE]))[:MAX_SUBJECT]
     except Exception:
         return ""
 

@@ -8,25 +8,47 @@ import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
+from inboxd.mail.html_guard import guard_html
 from inboxd.mail.html_text import BLOCK_TAGS
 
-__all__ = ["TEXT_URL", "Rendered", "render_html", "trim_url"]
+__all__ = ["MAX_URL_CHARS", "TEXT_URL", "Rendered", "render_html", "text_urls", "trim_url"]
 
 
 # A URL in running text ends at whitespace or at characters that cannot be part of one in practice;
 # trailing punctuation of the sentence is trimmed afterwards.
 TEXT_URL = re.compile(r"""https?://[^\s<>"'`\]\[{}|\\^]+""", re.IGNORECASE)
-_TRAILING = ".,;:!?)'\"»”’>*"
+# A URL longer than this is no link a finder returns: browsers and servers stop near 8 KB (Apache's
+# and nginx's default request line), and tracking links in real mail stay under 2 KB. The cap also
+# bounds what a run of one character in a text body costs.
+MAX_URL_CHARS = 8192
+_TRAILING = frozenset(".,;:!?)'\"»”’>*")
 _HREF_SCHEME = re.compile(r"^https?://\S", re.IGNORECASE)
 
 
 def trim_url(url: str) -> str:
-    while url and url[-1] in _TRAILING:
-        # A closing parenthesis belongs to the URL when it balances one inside it (Wikipedia links).
-        if url[-1] == ")" and url.count("(") >= url.count(")"):
-            break
-        url = url[:-1]
-    return url
+    """``url`` without the sentence's punctuation after it, in one pass: a closing parenthesis stays
+    when it balances one inside the URL (Wikipedia links)."""
+    opened = url.count("(")
+    closed = url.count(")")
+    end = len(url)
+    while end and url[end - 1] in _TRAILING:
+        if url[end - 1] == ")":
+            if opened >= closed:
+                break
+            closed -= 1
+        end -= 1
+    return url[:end]
+
+
+def text_urls(text: str) -> list[str]:
+    """The bare http(s) URLs of ``text``, trimmed, in order; those over MAX_URL_CHARS are left out."""
+    urls = []
+    for match in TEXT_URL.finditer(text):
+        if match.end() - match.start() <= MAX_URL_CHARS:
+            url = trim_url(match.group(0))
+            if url:
+                urls.append(url)
+    return urls
 
 
 _SKIPPED_TAGS = frozenset(("script", "style", "title", "head"))
@@ -67,8 +89,12 @@ class _Renderer(HTMLParser):
         self.emphasised: set[str] = set()
         self.links: list[tuple[str, str]] = []
         self._skipping: str | None = None
-        # Open elements: (tag, emphasised, start index in parts).
+        # Open elements: (tag, emphasised, start index in parts), and how many of each tag are open,
+        # so that a stray end tag costs no search.
         self._stack: list[tuple[str, bool, int]] = []
+        self._count: dict[str, int] = {}
+        # Characters in parts[:i] for each i, so an element's text length is known without joining.
+        self._offsets: list[int] = [0]
         self._anchor: tuple[str, int] | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -78,7 +104,7 @@ class _Renderer(HTMLParser):
             self._skipping = tag
             return
         if tag in BLOCK_TAGS:
-            self.parts.append("\n")
+            self._append("\n")
         values = {name: value or "" for name, value in attrs}
         if tag in ("a", "area"):
             href = values.get("href", "").strip()
@@ -98,10 +124,11 @@ class _Renderer(HTMLParser):
             or bool(_EMPHASIS_CLASS.search(values.get("class", "")))
         )
         self._stack.append((tag, emphasis, len(self.parts)))
+        self._count[tag] = self._count.get(tag, 0) + 1
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if self._skipping is None and tag in BLOCK_TAGS:
-            self.parts.append("\n")
+            self._append("\n")
 
     def handle_endtag(self, tag: str) -> None:
         if self._skipping is not None:
@@ -110,21 +137,29 @@ class _Renderer(HTMLParser):
             return
         if tag == "a":
             self._close_anchor()
-        for depth in range(len(self._stack) - 1, -1, -1):
-            if self._stack[depth][0] == tag:
-                for _, emphasis, start in self._stack[depth:]:
-                    if emphasis:
-                        text = " ".join("".join(self.parts[start:]).split())
-                        if 0 < len(text) <= 40:
-                            self.emphasised.add(text)
-                del self._stack[depth:]
-                break
+        # The end tag closes its element and what is open inside it; each element is popped once.
+        if self._count.get(tag):
+            while self._stack:
+                name, emphasis, start = self._stack.pop()
+                self._count[name] -= 1
+                # Only a short element can be an emphasised code: a long one is not joined (nested
+                # emphasis would otherwise join the same text again for each level).
+                if emphasis and self._offsets[-1] - self._offsets[start] <= _MAX_EMPHASIS_SOURCE:
+                    text = " ".join("".join(self.parts[start:]).split())
+                    if 0 < len(text) <= 40:
+                        self.emphasised.add(text)
+                if name == tag:
+                    break
         if tag in BLOCK_TAGS:
-            self.parts.append("\n")
+            self._append("\n")
 
     def handle_data(self, data: str) -> None:
         if self._skipping is None:
-            self.parts.append(data)
+            self._append(data)
+
+    def _append(self, text: str) -> None:
+        self.parts.append(text)
+        self._offsets.append(self._offsets[-1] + len(text))
 
     def _close_anchor(self) -> None:
         if self._anchor is not None:
@@ -134,12 +169,14 @@ class _Renderer(HTMLParser):
 
 
 _MAX_HTML = 512 * 1024
+# An emphasised element whose text (before whitespace is collapsed) is longer than this is no code.
+_MAX_EMPHASIS_SOURCE = 400
 
 
 def render_html(html: str) -> Rendered:
     renderer = _Renderer()
     try:
-        renderer.feed(html[:_MAX_HTML])
+        renderer.feed(guard_html(html, max_chars=_MAX_HTML).html)
         renderer.goahead(True)
     except Exception:
         # html.parser raises AssertionError on some malformed declarations: keep what was read.
@@ -149,8 +186,7 @@ def render_html(html: str) -> Rendered:
     links = list(renderer.links)
     # Bare URLs in the rendered text are links too, after the anchors that precede them.
     anchored = {url for url, _ in links}
-    for match in TEXT_URL.finditer(text):
-        url = trim_url(match.group(0))
+    for url in text_urls(text):
         if url not in anchored:
             anchored.add(url)
             links.append((url, url))

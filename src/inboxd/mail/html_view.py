@@ -7,7 +7,11 @@ Two layers, so that a gap in one is closed by the other:
   images are dropped unless the reader asked for remote content;
 - the answer carries `content_security_policy(...)`, a CSP that sandboxes the document (no scripts, an
   opaque origin) and allows no network fetch at all unless remote content is asked for, so a remote URL
-  hidden in CSS (`background:url(...)`, `@import`) loads nothing either.
+  hidden in CSS (`background:url(...)`, `@import`) loads nothing either; such CSS is also taken out of
+  style sheets and `style` attributes (``mail/remote_css.py``, read with tinycss2, escapes decoded).
+
+The markup is cut to MAX_HTML_CHARS and its nesting flattened past the depth browsers keep
+(``mail/html_guard.py``) before any parser sees it, so every step here is linear in its size.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from html.parser import HTMLParser
 from urllib.parse import unquote
 
 import nh3
+
+from inboxd.mail.html_guard import guard_html
+from inboxd.mail.remote_css import strip_remote_css
 
 # Email HTML is table layout with presentational attributes; all of it is harmless once scripts,
 # forms and network fetches are gone.
@@ -43,13 +50,10 @@ MAX_INLINE_BYTES = 8 * 1024 * 1024
 # 25 MB body would cost the sanitizer and the browser seconds.
 MAX_HTML_CHARS = 2 * 1024 * 1024
 _REMOTE = re.compile(r"^\s*(?:https?:)?//", re.IGNORECASE)
-# CSS that would fetch: `url(...)` and `@import "..."` naming another host. nh3 keeps style sheets and
-# style attributes as they are, so these are taken out here, and the CSP blocks whatever is left.
-_CSS_BLOCKS = re.compile(r"(<style[^>]*>)(.*?)(</style>)|(\sstyle=\")([^\"]*)(\")", re.IGNORECASE | re.DOTALL)
-_CSS_REMOTE = re.compile(
-    r"url\(\s*(?:&quot;|&#39;|[\"'])?\s*(?:https?:)?//[^)]*\)|@import\s+(?:&quot;|&#39;|[\"'])[^;]*;?",
-    re.IGNORECASE,
-)
+# A <style> element of nh3's output: its serializer escapes "<" and ">" in text and attribute values,
+# so every "<style" there opens the element, and its content runs to the first "</style".
+_STYLE_OPEN = re.compile(r"<style(?=[\s/>])[^>]*+>", re.IGNORECASE)
+_STYLE_CLOSE = re.compile(r"</style", re.IGNORECASE)
 _LINK = re.compile(r"^\s*(?:https?:|mailto:|tel:|#)", re.IGNORECASE)
 _DATA_IMAGE = re.compile(r"^\s*data:image/(?:png|gif|jpe?g|webp|bmp);", re.IGNORECASE)
 
@@ -57,8 +61,9 @@ _DATA_IMAGE = re.compile(r"^\s*data:image/(?:png|gif|jpe?g|webp|bmp);", re.IGNOR
 @dataclass(frozen=True, slots=True)
 class SafeHtml:
     document: str
-    remote_blocked: int  # remote images dropped because remote content was not asked for
+    remote_blocked: int  # remote images and CSS fetches dropped because remote content was not asked for
     truncated: bool  # the body was longer than MAX_HTML_CHARS and only its start is shown
+    flattened: int = 0  # elements opened deeper than html_guard.MAX_DEPTH, shown as siblings
 
 
 def content_security_policy(*, allow_remote: bool) -> str:
@@ -83,6 +88,12 @@ def render(
 
     def keep(tag: str, attribute: str, value: str) -> str | None:
         nonlocal blocked, budget
+        if attribute == "style":
+            if allow_remote:
+                return value
+            value, removed = strip_remote_css(value)
+            blocked += removed
+            return value
         if attribute == "href":
             # Links leave for the web or a mail program; a data: or cid: page would open in our origin's tab.
             return value if _LINK.match(value) else None
@@ -101,9 +112,11 @@ def render(
             return None
         return value if _DATA_IMAGE.match(value) else None
 
-    truncated = len(html_body) > MAX_HTML_CHARS
+    # Cut and flattened first: html5ever's time grows with depth times size (200 KB of nested <div>
+    # took 26 s), and browsers keep no deeper a tree than the guard does.
+    guarded = guard_html(html_body, max_chars=MAX_HTML_CHARS)
     cleaned = nh3.clean(
-        html_body[:MAX_HTML_CHARS],
+        guarded.html,
         tags=set(_TAGS),
         clean_content_tags={"script", "title"},
         attributes=_ATTRIBUTES,
@@ -114,14 +127,14 @@ def render(
         strip_comments=True,
     )
     if not allow_remote:
-        cleaned, removed = _strip_remote_css(cleaned)
+        cleaned, removed = _strip_style_elements(cleaned)
         blocked += removed
     document = (
         '<!doctype html><html><head><meta charset="utf-8">'
         '<meta name="referrer" content="no-referrer"></head>'
         f"<body>{cleaned}</body></html>"
     )
-    return SafeHtml(document=document, remote_blocked=blocked, truncated=truncated)
+    return SafeHtml(document=document, remote_blocked=blocked, truncated=guarded.cut, flattened=guarded.flattened)
 
 
 # A dark reading surface, as mail programs in dark mode give a message that sets no colours of its
@@ -136,19 +149,22 @@ def with_color_scheme(document: str, *, dark: bool) -> str:
     return document.replace("</head>", f"{_DARK_HEAD}</head>", 1) if dark else document
 
 
-def _strip_remote_css(markup: str) -> tuple[str, int]:
+def _strip_style_elements(markup: str) -> tuple[str, int]:
+    """nh3's output with the fetches taken out of its <style> elements (``mail/remote_css.py``); the
+    ``style`` attributes were taken care of as nh3 kept them."""
+    out: list[str] = []
     removed = 0
-
-    def strip_block(match: re.Match[str]) -> str:
-        nonlocal removed
-        opening, body, closing = (match.group(1), match.group(2), match.group(3))
-        if opening is None:
-            opening, body, closing = match.group(4), match.group(5), match.group(6)
-        body, count = _CSS_REMOTE.subn("none", body)
+    pos = 0
+    while (opening := _STYLE_OPEN.search(markup, pos)) is not None:
+        closing = _STYLE_CLOSE.search(markup, opening.end())
+        end = len(markup) if closing is None else closing.start()
+        css, count = strip_remote_css(markup[opening.end() : end])
         removed += count
-        return f"{opening}{body}{closing}"
-
-    return _CSS_BLOCKS.sub(strip_block, markup), removed
+        out.append(markup[pos : opening.end()])
+        out.append(css)
+        pos = end
+    out.append(markup[pos:])
+    return "".join(out), removed
 
 
 def _unquote_cid(value: str) -> str:
@@ -198,6 +214,7 @@ class _VisibleText(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
         self._open: list[tuple[str, bool]] = []  # (tag, hides) of each open element
+        self._count: dict[str, int] = {}  # open elements by tag, so a stray end tag costs no search
         self._hidden = 0  # how many open elements hide their content
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -207,6 +224,7 @@ class _VisibleText(HTMLParser):
             return
         hides = _hides(tag, attrs)
         self._open.append((tag, hides))
+        self._count[tag] = self._count.get(tag, 0) + 1
         self._hidden += hides
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -217,11 +235,14 @@ class _VisibleText(HTMLParser):
         if tag in _LINE_TAGS:
             self.parts.append("\n")
         # An end tag closes its element and whatever was left open inside it; a stray one is ignored.
-        for depth in range(len(self._open) - 1, -1, -1):
-            if self._open[depth][0] == tag:
-                for _, hides in self._open[depth:]:
-                    self._hidden -= hides
-                del self._open[depth:]
+        # Each open element is popped once, so the walk is linear over the document.
+        if not self._count.get(tag):
+            return
+        while self._open:
+            name, hides = self._open.pop()
+            self._count[name] -= 1
+            self._hidden -= hides
+            if name == tag:
                 return
 
     def handle_data(self, data: str) -> None:
@@ -240,7 +261,7 @@ def visible_text(html_body: str) -> str:
     by text a person would never see, such as an AI agent. Never raises."""
     parser = _VisibleText()
     try:
-        parser.feed(html_body[:MAX_HTML_CHARS])
+        parser.feed(guard_html(html_body, max_chars=MAX_HTML_CHARS).html)
         # Not close(): on some inputs it is quadratic (see mail/html_text.py). What feed() holds back is
         # an unfinished tag, dropped as HTML5 does, or trailing text, kept.
         tail = parser.rawdata

@@ -3,6 +3,11 @@
 Style sheets (``<style>`` elements) and ``style`` attributes are parsed with tinycss2; what is
 detected is listed in ``mail/checks/html.py``. Each distinct sheet is analysed once per process (a
 cache keyed by its text), which ``clear_caches`` empties.
+
+tinycss2 tokenizes without recursion but hands back nested blocks, and walking them (or serializing
+them with ``tinycss2.serialize``) recurses once per level: 1,000 nested ``calc(`` in a 5 KB mail
+raised RecursionError. Every walk here carries its depth and stops at ``MAX_CSS_DEPTH`` (what lies
+deeper is not analysed), and preludes and values are serialized only when they nest no deeper.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import tinycss2
 import tinycss2.ast
 
 from inboxd.mail.checks.caniemail import load
+from inboxd.mail.remote_css import MAX_CSS_DEPTH
 
 __all__ = ["clear_caches", "inline_style", "stylesheet"]
 
@@ -148,13 +154,41 @@ def _property_slug(name: str, slugs: frozenset[str]) -> str | None:
     return None
 
 
-def _value_features(tokens: list[tinycss2.ast.Node], out: list[tuple[str, str]]) -> None:
+def _nests_deeper(nodes: list[tinycss2.ast.Node], limit: int) -> bool:
+    """Whether blocks in ``nodes`` nest more than ``limit`` levels (found without recursion)."""
+    stack = [(nodes, 0)]
+    while stack:
+        level, depth = stack.pop()
+        for node in level:
+            if isinstance(node, tinycss2.ast.FunctionBlock):
+                inner = node.arguments
+            elif isinstance(
+                node, tinycss2.ast.ParenthesesBlock | tinycss2.ast.SquareBracketsBlock | tinycss2.ast.CurlyBracketsBlock
+            ):
+                inner = node.content
+            else:
+                continue
+            if inner:
+                if depth + 1 > limit:
+                    return True
+                stack.append((inner, depth + 1))
+    return False
+
+
+def _serialize(nodes: list[tinycss2.ast.Node]) -> str:
+    """``tinycss2.serialize(nodes)``, or "" when they nest too deep to serialize safely."""
+    return "" if _nests_deeper(nodes, MAX_CSS_DEPTH) else tinycss2.serialize(nodes)
+
+
+def _value_features(tokens: list[tinycss2.ast.Node], out: list[tuple[str, str]], depth: int = 0) -> None:
+    if depth >= MAX_CSS_DEPTH:
+        return
     for token in tokens:
         if isinstance(token, tinycss2.ast.FunctionBlock):
             name = token.lower_name
             if name in _FUNCTIONS:
                 out.append((_FUNCTIONS[name], f"{name}()"))
-            _value_features(token.arguments, out)
+            _value_features(token.arguments, out, depth + 1)
         elif isinstance(token, tinycss2.ast.URLToken):
             out.append(("@image", token.value))
         elif isinstance(token, tinycss2.ast.DimensionToken):
@@ -166,10 +200,14 @@ def _value_features(tokens: list[tinycss2.ast.Node], out: list[tuple[str, str]])
             if token.lower_value in _KEYWORDS:
                 out.append((_KEYWORDS[token.lower_value], token.lower_value))
         elif isinstance(token, tinycss2.ast.ParenthesesBlock | tinycss2.ast.SquareBracketsBlock):
-            _value_features(token.content, out)
+            _value_features(token.content, out, depth + 1)
 
 
-def _declarations(nodes: list[tinycss2.ast.Node], slugs: frozenset[str], out: list[tuple[str, str]]) -> None:
+def _declarations(
+    nodes: list[tinycss2.ast.Node], slugs: frozenset[str], out: list[tuple[str, str]], depth: int = 0
+) -> None:
+    if depth >= MAX_CSS_DEPTH:
+        return
     for node in nodes:
         if isinstance(node, tinycss2.ast.Declaration):
             name = node.lower_name
@@ -182,16 +220,16 @@ def _declarations(nodes: list[tinycss2.ast.Node], slugs: frozenset[str], out: li
             if node.important:
                 out.append(("css-important", f"{name}: … !important"))
             if name == "display":
-                value = tinycss2.serialize(node.value).strip().lower()
+                value = _serialize(node.value).strip().lower()
                 if value in _DISPLAY:
                     out.append((_DISPLAY[value], f"display: {value}"))
             _value_features(node.value, out)
         elif isinstance(node, tinycss2.ast.Comment):
             out.append(("css-comments", "/* */"))
         elif isinstance(node, tinycss2.ast.QualifiedRule):
-            out.append(("css-nesting", tinycss2.serialize(node.prelude).strip()[:60]))
+            out.append(("css-nesting", _serialize(node.prelude).strip()[:60]))
             _selector(node.prelude, out)
-            _declarations(_block(node.content), slugs, out)
+            _declarations(_block(node.content), slugs, out, depth + 1)
 
 
 def _block(content: list[tinycss2.ast.Node] | None) -> list[tinycss2.ast.Node]:
@@ -202,7 +240,7 @@ def _block(content: list[tinycss2.ast.Node] | None) -> list[tinycss2.ast.Node]:
 
 def _selector(prelude: list[tinycss2.ast.Node], out: list[tuple[str, str]]) -> None:
     """Selector features, read from the prelude's tokens: combinators, simple selectors, pseudo-classes."""
-    text = tinycss2.serialize(prelude).strip()[:80]
+    text = _serialize(prelude).strip()[:80]
     simple = 0  # simple selectors in the current compound selector
     previous: tinycss2.ast.Node | None = None
     tokens = list(prelude)
@@ -276,35 +314,40 @@ def _selector(prelude: list[tinycss2.ast.Node], out: list[tuple[str, str]]) -> N
     end_compound()
 
 
-def _rules(nodes: list[tinycss2.ast.Node], slugs: frozenset[str], out: list[tuple[str, str]]) -> None:
+def _rules(nodes: list[tinycss2.ast.Node], slugs: frozenset[str], out: list[tuple[str, str]], depth: int = 0) -> None:
+    if depth >= MAX_CSS_DEPTH:
+        return
     for node in nodes:
         if isinstance(node, tinycss2.ast.QualifiedRule):
             _selector(node.prelude, out)
-            _declarations(_block(node.content), slugs, out)
+            _declarations(_block(node.content), slugs, out, depth + 1)
         elif isinstance(node, tinycss2.ast.AtRule):
             name = _VENDOR.sub("", node.lower_at_keyword)
             if name in _AT_RULES:
                 out.append((_AT_RULES[name], f"@{name}"))
             if name == "media":
                 for token in node.prelude:
-                    for ident in _idents(token):
+                    for ident in _idents(token, depth + 1):
                         if ident in _MEDIA_FEATURES or ident.endswith("device-pixel-ratio"):
                             slug = _MEDIA_FEATURES.get(ident, "css-at-media-device-pixel-ratio")
                             out.append((slug, f"@media ({ident})"))
             if name in ("media", "supports", "document"):
                 _rules(
-                    tinycss2.parse_rule_list(node.content or [], skip_comments=False, skip_whitespace=True), slugs, out
+                    tinycss2.parse_rule_list(node.content or [], skip_comments=False, skip_whitespace=True),
+                    slugs,
+                    out,
+                    depth + 1,
                 )
             # @font-face's descriptors and @keyframes' steps are the at-rule's own, not features.
         elif isinstance(node, tinycss2.ast.Comment):
             out.append(("css-comments", "/* */"))
 
 
-def _idents(token: tinycss2.ast.Node) -> list[str]:
+def _idents(token: tinycss2.ast.Node, depth: int) -> list[str]:
     if isinstance(token, tinycss2.ast.IdentToken):
         return [token.lower_value]
-    if isinstance(token, tinycss2.ast.ParenthesesBlock):
-        return [ident for inner in token.content for ident in _idents(inner)]
+    if isinstance(token, tinycss2.ast.ParenthesesBlock) and depth < MAX_CSS_DEPTH:
+        return [ident for inner in token.content for ident in _idents(inner, depth + 1)]
     return []
 
 

@@ -39,6 +39,7 @@ from inboxd.mail.checks.caniemail import CaniemailData, Feature, load
 from inboxd.mail.checks.css import inline_style, stylesheet
 from inboxd.mail.checks.impact import BREAKING, MIN_CLIENT_FEATURES, NOT_COUNTED, NoteConditions
 from inboxd.mail.checks.report import ClientResult, ClientSupport, Finding, HtmlFeature, HtmlPart, verdict_of
+from inboxd.mail.html_guard import guard_html
 
 __all__ = ["detect_features", "judge_html", "parse_html"]
 
@@ -228,7 +229,9 @@ def _merge_css(found: _Found, features: tuple[tuple[str, str], ...]) -> None:
 
 def parse_html(html: str) -> LexborHTMLParser:
     """The parsed body, shared by the HTML, content and link checks (one parse per report)."""
-    return LexborHTMLParser(html[:_MAX_HTML])
+    # Cut to the size cap and flattened past the depth browsers keep (mail/html_guard.py): Lexbor's
+    # time grows with depth times size, so 200 KB of nested <div> took seconds.
+    return LexborHTMLParser(guard_html(html, max_chars=_MAX_HTML).html)
 
 
 def detect_features(html: str, tree: LexborHTMLParser | None = None) -> tuple[Counter[str], dict[str, list[str]]]:
