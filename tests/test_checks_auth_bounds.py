@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any
 
+import httpx
 import pytest
 
+from inboxd.app import Inboxd
 from inboxd.services.checks.auth import DEADLINE_LOOKUPS, MAX_DKIM_SIGNATURES, AuthChecker, Reception
+from inboxd.store import mailboxes as mailbox_store
+from tests.conftest import Clock
 from tests.dns_server import DnsServerPair, FakeDns
 from tests.test_checks_auth import key as key
 from tests.test_checks_auth import message, publish_key, signed
+from tests.test_checks_service import send
 
 TIMEOUT = 0.4
 
@@ -188,3 +196,51 @@ async def test_several_dmarc_records_mean_none(dns: DnsServerPair, key: tuple[by
     zone.set_txt("_dmarc.example.org", ["v=DMARC1; p=reject"], ["google-site-verification=abc"])
     one = await checker(dns).check(signed(message(), key), None)
     assert (one.dmarc.result, one.dmarc.policy) == ("pass", "reject")
+
+
+@pytest.fixture
+async def server(make_settings: Any, clock: Clock, dns: DnsServerPair) -> AsyncIterator[Inboxd]:
+    inboxd = Inboxd(make_settings(dns_nameservers=[dns.address], dns_timeout=0.5), clock=clock)
+    await inboxd.start()
+    try:
+        yield inboxd
+    finally:
+        await inboxd.stop()
+
+
+@pytest.mark.alone
+async def test_auth_checks_never_hold_a_large_delivery(
+    server: Inboxd, dns: DnsServerPair, key: tuple[bytes, str]
+) -> None:
+    """The reported case: reports of mail signed by black-holed domains are computing while a
+    300 KB message arrives over SMTP (its ingest uses the default thread pool): its 250 comes while
+    every report is still waiting for DNS."""
+    address = f"auth-load@{server.settings.default_domain}"
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as http:
+        created = await http.post(
+            "/api/accounts",
+            json={"address": address, "auth_key": "ab" * 32},
+            headers={"Authorization": f"Bearer {server.bootstrap_token}"},
+        )
+        assert created.status_code == 201, created.text
+    assert server._db is not None
+    mailbox = await server._db.read(partial(mailbox_store.get_by_address, address=address))
+    assert mailbox is not None
+    # The test's SMTP client gets threads of its own: the default pool is what is measured.
+    client = ThreadPoolExecutor(max_workers=1)
+    loop = asyncio.get_running_loop()
+    slow = many_signatures(message(), key, 5, zone=dns.zone)
+    for _ in range(8):
+        await loop.run_in_executor(client, send, server.smtp_port, address, slow)
+    ids = [m.id for m in await server.services.messages.page(mailbox, 1)]
+    assert len(ids) == 8
+    reports = [asyncio.create_task(server.services.checks.report(mailbox, i)) for i in ids]
+    try:
+        await asyncio.sleep(0.3)  # every report is in its DNS lookups by now
+        large = message(body="A large attachment-like body.\n" + "x" * 76 * 4000 + "\n")
+        assert len(large) > 300_000
+        await loop.run_in_executor(client, send, server.smtp_port, address, large)
+        assert not any(r.done() for r in reports), "the 300 KB delivery waited for the auth checks"
+    finally:
+        await asyncio.gather(*reports)
+        client.shutdown()
