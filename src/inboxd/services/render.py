@@ -1,29 +1,45 @@
 """A message's HTML body as a PNG, the way the dashboard shows it (issue 28).
 
 The document is the dashboard's (`mail/html_view.py`: sanitized, `cid:` parts inlined as `data:`
-URLs), served to headless Chromium with the dashboard's sandboxing CSP and JavaScript off. Every
-request the page makes goes through one route handler: the document itself is answered from memory,
-and anything else is aborted, unless remote content was asked for and the operator allows it
-(`render_remote`), in which case http(s) URLs are fetched by `worker/fetch.py` through the webhooks'
-address guard (private addresses refused unless `webhook_allow_private`). Nothing leaves the
-renderer on its own.
+URLs), served to headless Chromium with the dashboard's sandboxing CSP and JavaScript off, CSS
+animations and transitions switched off (a static image needs none, and a looping animation kept
+a renderer busy and growing for the whole render). Every request the page makes goes through one
+route handler: the document itself is answered from memory, and anything else is aborted, unless
+remote content was asked for and the operator allows it (`render_remote`), in which case http(s)
+URLs are fetched by `worker/fetch.py` through the webhooks' address guard (private addresses
+refused unless `webhook_allow_private`). The document's own address is `http:`, so that Chromium
+neither blocks nor upgrades an `http://` image as mixed content.
+
+Nothing leaves the renderer on its own (issue 34): Chromium's background services (component and
+model updates, account look-ups, preconnects) ask for connections even with Playwright's switches,
+so Chromium is started with its proxy set to `_Sink`, a listener of ours on 127.0.0.1 that
+records and refuses every connection, no bypass even for loopback, and a host-resolver rule that
+resolves no name; Chromium's page requests never reach the proxy, the route handler answers them.
 
 Playwright's async API runs on the server's event loop (its driver is a subprocess spoken to over a
 pipe, so nothing blocks); Chromium starts at the first render. Bounded: `render_contexts` browser
-contexts, each rendering one message at a time (a render waits for a free one), `render_timeout`
-seconds per render including the wait, and the last `render_cache_size` images kept (messages never
-change, so a kept image stays right). A context is replaced after `_RECYCLE_AFTER` renders so that
-Chromium's memory stays flat over a long run.
+contexts, each rendering one message at a time (a render waits for a free one), of which one user
+holds at most `render_contexts - 1` at once (at least one), so that another user's render always
+finds one that user cannot take; `render_timeout` seconds for the whole request (preparing the
+document, the wait for a context, the render); and the last `render_cache_size` images kept
+(messages never change, so a kept image stays right). A context is replaced after `_RECYCLE_AFTER`
+renders so that Chromium's memory stays flat over a long run, and at once, in the background,
+after a render that failed or ran out of time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+import html
+import re
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import tinycss2
+import tinycss2.ast
 
 from inboxd.config import Settings
 from inboxd.errors import InvalidRequest, RenderUnavailable, Unavailable
@@ -39,8 +55,34 @@ MAX_WIDTH = 1600
 # The height of a render that is not `full`: a first screen, about what the dashboard's frame shows.
 VIEWPORT_HEIGHT = 800
 # The document's own address inside the renderer: `.invalid` never resolves, and the route handler
-# answers it before any lookup would happen.
-DOCUMENT_URL = "https://render.inboxd.invalid/"
+# answers it before any lookup would happen. `http:`, not `https:`: from an https document Chromium
+# upgrades (or blocks) every `http://` image as mixed content, so `remote=true` never drew one.
+DOCUMENT_URL = "http://render.inboxd.invalid/"
+# Put first in every document's <head>: a static image needs no animation, and a looping one (kept
+# running until the screenshot) made a renderer grow to gigabytes and slowed every other render.
+# In a cascade layer, because an important declaration in a layer wins over every important one
+# outside layers (the mail's own `!important` included); only a `style` attribute's would still
+# win, so those declarations are taken out of the attributes (`_still_attribute`).
+_STILL = "<style>@layer inboxd-still{*,*::before,*::after{animation:none!important;transition:none!important;}}</style>"
+_STYLE_ATTRIBUTE = re.compile(r'\sstyle="([^"]*)"')
+_MOVING = ("animation", "transition")
+# Switches on top of Playwright's own (which already include --disable-background-networking,
+# --disable-component-update, --no-first-run and --disable-default-apps; given again so the
+# choice does not depend on Playwright's list). The proxy and resolver switches are added at
+# launch, with the sink's port.
+_SWITCHES = (
+    "--disable-gpu",
+    "--font-render-hinting=none",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-domain-reliability",
+    "--disable-client-side-phishing-detection",
+    "--no-pings",
+)
+_SINK_KEPT = 100
 _RECYCLE_AFTER = 200
 _CACHE_BYTES = 64 * 1024 * 1024
 _INSTALL_HINT = "Rendering needs the optional extra: pip install 'inboxd[render]'."
@@ -84,6 +126,45 @@ def _flag(name: str, value: str | None) -> bool:
     raise InvalidRequest(f"`{name}` must be `true` or `false`.")
 
 
+class _Sink:
+    """Chromium's proxy: a listener on 127.0.0.1 that keeps the first line of every connection
+    (`CONNECT update.googleapis.com:443 HTTP/1.1`) and closes it unanswered."""
+
+    def __init__(self) -> None:
+        self.seen: deque[str] = deque(maxlen=_SINK_KEPT)
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._refuse, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), 5)
+            self.seen.append(line[:200].decode("latin-1").strip())
+        except (TimeoutError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+
+
+@dataclass(slots=True)
+class _Share:
+    """One user's renders: `semaphore` lets `render_contexts - 1` of them (at least one) hold or
+    wait for a context; `users` counts those inside, so the entry goes when the last one leaves."""
+
+    semaphore: asyncio.Semaphore
+    users: int = 0
+
+
 @dataclass(slots=True)
 class _Slot:
     """One browser context with its page; `job` is what the page's route handler serves now."""
@@ -107,7 +188,16 @@ class Renderer:
         self._slots: asyncio.Queue[_Slot] | None = None
         self._cache: OrderedDict[tuple[str, RenderOptions], bytes] = OrderedDict()
         self._cache_bytes = 0
+        self._shares: dict[str, _Share] = {}
+        self._per_user = max(1, settings.render_contexts - 1)
+        self._sink = _Sink()
+        self._mending: set[asyncio.Task[None]] = set()
         self.renders = 0  # renders done (cache hits not counted): for the bench and tests
+
+    @property
+    def refused_connections(self) -> tuple[str, ...]:
+        """The first lines of the last connections Chromium tried on its own (all refused)."""
+        return tuple(self._sink.seen)
 
     async def render(self, mailbox: Mailbox, message_id: str, options: RenderOptions) -> bytes:
         """The PNG of the message's HTML body; the cache answers a render already made."""
@@ -119,17 +209,34 @@ class Renderer:
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
-        safe = await self._messages.html_view(mailbox, message_id, allow_remote=remote)
-        document = with_color_scheme(safe.document, dark=options.dark)
         try:
+            # The whole request: preparing the document (sanitizing, on the analysis executor)
+            # counts, as the wait for a context and the render do.
             async with asyncio.timeout(self._settings.render_timeout):
-                png = await self._shoot(document, options)
+                safe = await self._messages.html_view(mailbox, message_id, allow_remote=remote)
+                document = with_color_scheme(_still(safe.document), dark=options.dark)
+                async with self._share(mailbox.user_id):
+                    png = await self._shoot(document, options)
         except TimeoutError:
             raise Unavailable(
                 f"The render did not finish within {self._settings.render_timeout:g} seconds (INBOXD_RENDER_TIMEOUT)."
             ) from None
         self._keep(key, png)
         return png
+
+    @contextlib.asynccontextmanager
+    async def _share(self, user: str) -> AsyncIterator[None]:
+        share = self._shares.get(user)
+        if share is None:
+            share = self._shares[user] = _Share(asyncio.Semaphore(self._per_user))
+        share.users += 1
+        try:
+            async with share.semaphore:
+                yield
+        finally:
+            share.users -= 1
+            if share.users == 0:
+                del self._shares[user]
 
     def _keep(self, key: tuple[str, RenderOptions], png: bytes) -> None:
         if self._settings.render_cache_size <= 0:
@@ -153,17 +260,27 @@ class Renderer:
                 height = max(VIEWPORT_HEIGHT, min(int(height), self._settings.render_max_height))
                 clip = {"x": 0, "y": 0, "width": options.width, "height": height}
             png = await slot.page.screenshot(type="png", full_page=options.full, clip=clip, animations="disabled")
-            self.renders += 1
-            slot.renders += 1
         except BaseException:
-            slot = await self._replace(slot)
-            raise
-        finally:
+            # Replaced in the background: closing a context whose renderer is still busy can
+            # take as long as the render would have, and the caller's time is up.
             slot.job = None
-            if slot.renders >= _RECYCLE_AFTER:
-                slot = await self._replace(slot)
-            slots.put_nowait(slot)
+            self._mend(slots, slot)
+            raise
+        self.renders += 1
+        slot.renders += 1
+        slot.job = None
+        if slot.renders >= _RECYCLE_AFTER:
+            slot = await self._replace(slot)
+        slots.put_nowait(slot)
         return png
+
+    def _mend(self, slots: asyncio.Queue[_Slot], slot: _Slot) -> None:
+        async def mend() -> None:
+            slots.put_nowait(await self._replace(slot))
+
+        task = asyncio.get_running_loop().create_task(mend())
+        self._mending.add(task)
+        task.add_done_callback(self._mending.discard)
 
     async def _pool(self) -> asyncio.Queue[_Slot]:
         if self._slots is not None and self._browser is not None and self._browser.is_connected():
@@ -182,10 +299,19 @@ class Renderer:
         except ImportError:
             raise RenderUnavailable(_INSTALL_HINT) from None
         await self._stop_browser()
+        await self._sink.start()
         self._playwright = await async_playwright().start()
+        switches = [
+            *_SWITCHES,
+            f"--proxy-server=http://127.0.0.1:{self._sink.port}",
+            # Chromium sends loopback straight out unless told otherwise; `<-loopback>` removes
+            # that exception, so the sink is the only place a connection can go.
+            "--proxy-bypass-list=<-loopback>",
+            "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+        ]
         try:
             self._browser = await self._playwright.chromium.launch(
-                executable_path=self._settings.render_chromium, args=["--disable-gpu", "--font-render-hinting=none"]
+                executable_path=self._settings.render_chromium, args=switches
             )
         except Error as exc:
             await self._stop_browser()
@@ -251,6 +377,8 @@ class Renderer:
 
     async def _stop_browser(self) -> None:
         self._slots = None
+        if self._mending:
+            await asyncio.wait(list(self._mending))
         if self._browser is not None:
             with contextlib.suppress(Exception):
                 await self._browser.close()
@@ -259,8 +387,27 @@ class Renderer:
             with contextlib.suppress(Exception):
                 await self._playwright.stop()
             self._playwright = None
+        await self._sink.stop()
 
     async def close(self) -> None:
         if self._starting is not None and not self._starting.done():
             await asyncio.wait([self._starting])
         await self._stop_browser()
+
+
+def _still(document: str) -> str:
+    """The document with CSS animations and transitions off: `_STILL` first in its <head>, and no
+    animation or transition declared in a `style` attribute."""
+    return _STYLE_ATTRIBUTE.sub(_still_attribute, document.replace("<head>", f"<head>{_STILL}", 1))
+
+
+def _still_attribute(match: re.Match[str]) -> str:
+    value = match.group(1)
+    if not any(word in value.lower() for word in _MOVING) and "\\" not in value:
+        return match.group(0)
+    kept = [
+        declaration.serialize()
+        for declaration in tinycss2.parse_blocks_contents(html.unescape(value), skip_whitespace=True)
+        if not (isinstance(declaration, tinycss2.ast.Declaration) and declaration.lower_name.startswith(_MOVING))
+    ]
+    return f' style="{html.escape("; ".join(kept), quote=True)}"'
