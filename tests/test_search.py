@@ -492,7 +492,7 @@ async def test_a_handed_over_batch_is_claimed_without_a_read_and_skips_what_was_
     # The three it was handed; a read would have given two: "Kept" and the settled "Left behind".
     assert await mine.index_pending() == 3
     assert (mine.handed, mine.read_back) == (3, 0)
-    assert sorted(await listed(harness, box, q="axolotl")) == ["Kept", "Taken by another"]
+    # (Not looked at through a list: a list on `q` would index "Left behind" itself first.)
     assert index_rows(harness) == 2
     harness.clock.advance(POLL_INTERVAL)
     assert await mine.index_pending() == 1  # the scan finds what was left behind

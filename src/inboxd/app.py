@@ -53,7 +53,7 @@ from inboxd.services.render import Renderer
 from inboxd.services.sandbox import SandboxService
 from inboxd.services.sessions import SessionService
 from inboxd.services.sign_in import SignInService
-from inboxd.services.space import SpaceGuard
+from inboxd.services.space import SpaceGuard, reserve_for
 from inboxd.services.users import UserService
 from inboxd.services.waits import WaitService
 from inboxd.services.webhooks import WebhookService
@@ -196,8 +196,10 @@ class Inboxd:
         services.ingest.on_jobs_queued(webhooks.wake)
         webhooks.start()
         stack.push_async_callback(webhooks.stop)
-        self._indexer = indexer = SearchIndexer(db, bus, clock=self.clock)
+        self._indexer = indexer = SearchIndexer(db, bus, clock=self.clock, linger=settings.index_linger)
         services.ingest.on_stored(indexer.took)
+        # A list on `q`, `to` or `has_attachments` that meets mail the index lacks indexes it first.
+        db.catch_up = indexer.catch_up
         indexer.start()
         stack.push_async_callback(indexer.stop)
         tls = self._smtp_tls()
@@ -319,19 +321,29 @@ class Inboxd:
                 db, settings=settings, clock=clock, messages=messages, admission=admission, relay=SmtpRelay(settings)
             ),
             renders=Renderer(settings, messages=messages, fetch=self._render_fetch),
-            space=self._space_guard(),
+            space=self._space_guard(db),
             faults=FaultService(
                 db, bus=bus, clock=clock, ttl=settings.recipient_cache_ttl, counters=self._fault_counters()
             ),
         )
 
-    def _space_guard(self) -> SpaceGuard:
-        """Watch the data directory and, for SQLite, the database file's directory."""
+    def _space_guard(self, db: Database) -> SpaceGuard:
+        """Watch the data directory and, for SQLite, the database file's directory, where the
+        file's free pages count as free too; keep room for what accepted mail may still write
+        (`reserve_for`)."""
         settings = self.settings
         paths = [settings.data_dir]
+        database_dir = None
         if not settings.is_postgres:
-            paths.append(Path(settings.resolved_database_url.removeprefix("sqlite:///")).parent)
-        return SpaceGuard(paths, min_free=settings.min_free_bytes)
+            database_dir = Path(settings.resolved_database_url.removeprefix("sqlite:///")).parent
+            paths.append(database_dir)
+        return SpaceGuard(
+            paths,
+            min_free=settings.min_free_bytes,
+            reserve=reserve_for(settings.max_message_size, sqlite=database_dir is not None),
+            database_dir=database_dir,
+            reusable=db.reusable_bytes if database_dir is not None else None,
+        )
 
     def _observe_database(self, db: Database) -> None:
         """Batch sizes as they commit; pool use and the webhook queue when /metrics is read."""

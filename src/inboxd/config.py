@@ -226,6 +226,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_waits_per_mailbox: int = 10
     max_waits_per_user: int = 100
     filter_scan_rows: int = 10000
+    # Seconds the search indexer waits after new mail before it takes in what came meanwhile (one
+    # batch for a burst). Lists on `q`, `to` and `has_attachments` never wait for it: they index
+    # their mailbox's waiting mail themselves (worker/indexer.py `catch_up`).
+    index_linger: float = 0.05
     max_body_size: int = 1024 * 1024
     log_level: str = "info"
     # Networks (CIDRs) of the proxies that may name the client address: `X-Forwarded-For` over

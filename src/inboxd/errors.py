@@ -19,6 +19,7 @@
     ├── RelayError                   502 relay_error: the release relay unreachable or failing the session
     ├── RenderUnavailable            501 render_unavailable: no `inboxd[render]` extra or no Chromium
     ├── Unavailable                  503 unavailable (the server is stopping)
+    │   └── IndexBehind              503 unavailable: a list on `q`/`to`/`has_attachments` met unindexed mail
     └── StorageError                 500 a fault of the database (SMTP answers 451)
         ├── DuplicateKey             409 a unique key taken (services turn it into their Conflict)
         └── InsufficientStorage      507 insufficient_storage: the disk or database is full (SMTP 451)
@@ -157,6 +158,18 @@ class Unavailable(InboxdError):
     status = 503
     code = "unavailable"
     default_message = "The server is stopping; try again."
+
+
+class IndexBehind(Unavailable):
+    """A read on a filter the search index answers (`q`, `to`, `has_attachments`) found mail of
+    `mailbox_id` the index does not hold yet: the database engine has it indexed and reads again
+    (`Database.catch_up`); only when that does not catch up does a client see this 503."""
+
+    default_message = "The search index is still taking in this mailbox's newest mail; try again in a moment."
+
+    def __init__(self, mailbox_id: str, message: str | None = None) -> None:
+        super().__init__(message)
+        self.mailbox_id = mailbox_id
 
 
 class StorageError(InboxdError):

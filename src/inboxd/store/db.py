@@ -31,10 +31,11 @@ This module is the interface (`Tx`, `Database`, `Row`); the engines behind it ar
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from inboxd.errors import IndexBehind
 from inboxd.store.sql import Statement
 
 T = TypeVar("T")
@@ -129,9 +130,18 @@ class Database(Protocol):
     dialect: str
     # Called with the number of units in each group commit (the metrics' batch histogram).
     on_batch: Callable[[int], None] | None
+    # Indexes a mailbox's waiting mail now (the search indexer's `catch_up`): a read that raised
+    # `IndexBehind` (a list on `q`, `to` or `has_attachments` that met mail the index lacks) is run
+    # again after it (`read_caught_up`). None: such a read answers `IndexBehind` (503).
+    catch_up: Callable[[str], Awaitable[None]] | None
 
     def pool_usage(self) -> tuple[int, int, int]:
         """(connections held, connections in use, units of work waiting for the writer)."""
+        ...
+
+    def reusable_bytes(self) -> int:
+        """Bytes the database will fill again before it takes more disk (SQLite's free pages;
+        0 where that is not known here): what the free-space guard counts as free besides the disk's."""
         ...
 
     async def read(self, work: Work[T]) -> T: ...
@@ -146,6 +156,28 @@ class Database(Protocol):
 
     async def write(self, work: Work[T]) -> T: ...
     async def close(self) -> None: ...
+
+
+# How many times a read that met unindexed mail has the indexer catch up and reads again: each
+# round indexes one batch of the mailbox's waiting mail (the indexer's BATCH), so a mailbox a
+# burst left thousands behind answers 503 `IndexBehind` rather than hold its reader for long.
+CATCH_UP_ROUNDS = 5
+
+
+async def read_caught_up(
+    behind: IndexBehind, catch_up: Callable[[str], Awaitable[None]] | None, read: Callable[[], Awaitable[T]]
+) -> T:
+    """`read` again once `catch_up` indexed the mailbox `behind` names, up to CATCH_UP_ROUNDS
+    times (each engine's `read*` calls this when its read raised `IndexBehind`)."""
+    for _ in range(CATCH_UP_ROUNDS):
+        if catch_up is None:
+            break
+        await catch_up(behind.mailbox_id)
+        try:
+            return await read()
+        except IndexBehind as again:
+            behind = again
+    raise behind
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

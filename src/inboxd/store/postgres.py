@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from functools import partial
 from typing import Any, TypeVar
 
-from inboxd.errors import DuplicateKey, InsufficientStorage, StorageError
-from inboxd.store.db import MAX_BATCH, Row, Work, run_joined
+from inboxd.errors import DuplicateKey, IndexBehind, InsufficientStorage, StorageError
+from inboxd.store.db import MAX_BATCH, Row, Work, read_caught_up, run_joined
 from inboxd.store.sql import Statement
 
 T = TypeVar("T")
@@ -80,6 +81,7 @@ class PostgresDatabase:
 
     dialect = "postgresql"
     on_batch: Callable[[int], None] | None = None
+    catch_up: Callable[[str], Awaitable[None]] | None = None
 
     def pool_usage(self) -> tuple[int, int, int]:
         size = int(self._pool.get_size())
@@ -105,7 +107,19 @@ class PostgresDatabase:
         )
         return cls(pool)
 
+    def reusable_bytes(self) -> int:
+        # PostgreSQL's disk is not visible from here (services/space.py).
+        return 0
+
     async def read(self, work: Work[T]) -> T:
+        # A read that met mail the search index lacks (`IndexBehind`) runs again once
+        # `catch_up` took it in.
+        try:
+            return await self._read(work)
+        except IndexBehind as behind:
+            return await read_caught_up(behind, self.catch_up, partial(self._read, work))
+
+    async def _read(self, work: Work[T]) -> T:
         # No BEGIN/COMMIT around reads: under READ COMMITTED a transaction gives a multi-statement
         # read no common snapshot anyway, and it costs two round trips per read.
         try:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import msgspec
 
 from inboxd.config import Settings
-from inboxd.errors import FilterTooBroad
+from inboxd.errors import FilterTooBroad, IndexBehind
 from inboxd.model import MessageFilter, Term
 from inboxd.store import text_match
 from inboxd.store.db import Tx
@@ -274,9 +274,38 @@ _MATCHES = Statement(
 )
 
 
+def _unindexed_in() -> sa.Select[Any]:
+    """One live message of the mailbox the index does not hold yet, if any. Read through the
+    partial `ix_messages_unindexed` (only the mail the indexer has not reached, a batch or so),
+    never the mailbox's list index, which would walk every message of a large mailbox."""
+    m = schema.messages
+    return sa.select(m.c.id).where(m.c.indexed == 0, m.c.deleted == 0, unindexed_of_mailbox(m)).limit(1)
+
+
+def unindexed_of_mailbox(table: Any) -> sa.ColumnElement[bool]:
+    """`mailbox_id` = the parameter `mailbox`, written so that no index on `mailbox_id` answers
+    it (`mailbox_id || ''`): the planners then read `ix_messages_unindexed`, whose rows are the
+    few messages waiting for the indexer, rather than every message of the mailbox."""
+    unindexable: sa.ColumnElement[Any] = table.c.mailbox_id.op("||")(sa.literal_column("''"))
+    return unindexable == sa.bindparam("mailbox")
+
+
+_UNINDEXED_IN = Statement(_unindexed_in)
+
+
+async def require_indexed(tx: Tx, mailbox_id: str, flt: MessageFilter) -> None:
+    """Raise `IndexBehind` when `flt` reads the search index and the mailbox holds mail it has
+    not taken in yet: the list would silently leave that mail out. Lists on other filters read
+    nothing more."""
+    if flt.needs_index and await tx.fetchval(_UNINDEXED_IN, mailbox=mailbox_id) is not None:
+        raise IndexBehind(mailbox_id)
+
+
 async def query(tx: Tx, mailbox_id: str, flt: MessageFilter, *, scan_rows: int = 0) -> Query:
     """The shape and parameters of the list `flt` keeps (`page_parts` makes the SQL of the shape;
-    the caller adds the parameters `mailbox`, `now` and its page's)."""
+    the caller adds the parameters `mailbox`, `now` and its page's). A filter the search index
+    answers is refused while the mailbox has mail the index lacks (`require_indexed`)."""
+    await require_indexed(tx, mailbox_id, flt)
     params: dict[str, Any] = {}
     from_ = subject = None
     if flt.from_:

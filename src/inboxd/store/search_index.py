@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from inboxd.store.db import Tx
-from inboxd.store.search import DOC_ID_ROOM, doc_id_base, fts_table, listed, mailbox_term
+from inboxd.store.search import DOC_ID_ROOM, doc_id_base, fts_table, listed, mailbox_term, unindexed_of_mailbox
 from inboxd.store.sql import (
     Statement,
     arrays,
@@ -96,6 +96,25 @@ async def pending(tx: Tx, *, limit: int, own: Sequence[str] = (), settled_before
         rows = await tx.fetch(_PENDING_ALL, limit=limit)
     else:
         rows = await tx.fetch(_PENDING_SETTLED, settled_before=settled_before, own=own, limit=limit)
+    return [Pending(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+_PENDING_IN = Statement(
+    lambda: (
+        sa.select(
+            schema.messages.c.id, schema.messages.c.mailbox_id, schema.messages.c.size, schema.messages.c.created_at
+        )
+        .where(schema.messages.c.indexed == 0, schema.messages.c.deleted == 0, unindexed_of_mailbox(schema.messages))
+        .order_by(schema.messages.c.created_at)
+        .limit(sa.bindparam("limit"))
+    )
+)
+
+
+async def pending_in(tx: Tx, *, mailbox_id: str, limit: int) -> list[Pending]:
+    """The mailbox's messages waiting to be indexed, oldest first (through the partial
+    `ix_messages_unindexed`: what the indexer has not reached, whatever the mailbox's size)."""
+    rows = await tx.fetch(_PENDING_IN, mailbox=mailbox_id, limit=limit)
     return [Pending(r[0], r[1], r[2], r[3]) for r in rows]
 
 

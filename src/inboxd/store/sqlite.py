@@ -11,13 +11,14 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
-from inboxd.errors import DuplicateKey, InsufficientStorage, StorageError
-from inboxd.store.db import MAX_BATCH, Row, Work, run_joined, run_sync
+from inboxd.errors import DuplicateKey, IndexBehind, InsufficientStorage, StorageError
+from inboxd.store.db import MAX_BATCH, Row, Work, read_caught_up, run_joined, run_sync
 from inboxd.store.sql import Statement
 
 T = TypeVar("T")
@@ -204,6 +205,7 @@ class SqliteDatabase:
 
     dialect = "sqlite"
     on_batch: Callable[[int], None] | None = None
+    catch_up: Callable[[str], Awaitable[None]] | None = None
 
     def pool_usage(self) -> tuple[int, int, int]:
         # One writer connection and one reader, both always held; reads run on the event loop.
@@ -238,21 +240,53 @@ class SqliteDatabase:
         self._writer = threading.Thread(target=self._write_loop, args=(conn,), name="sqlite-write", daemon=True)
         self._writer.start()
 
+    def reusable_bytes(self) -> int:
+        """Bytes of the free pages inside the database file (its freelist), which SQLite writes
+        new rows into before it grows the file: a delete frees pages, never disk space, so the
+        free-space guard counts these as free (services/space.py). Two pragmas on the loop's
+        reader, a few microseconds: they read the header of the read snapshot."""
+        if self._closed:
+            return 0
+        try:
+            if self._reader is None:
+                self._reader = _reading_connection(self._path)
+            pages = self._reader.execute("PRAGMA freelist_count").fetchone()[0]
+            size = self._reader.execute("PRAGMA page_size").fetchone()[0]
+        except (sqlite3.Error, StorageError):
+            return 0  # not knowing counts nothing extra as free
+        return int(pages) * int(size)
+
     # Reads ------------------------------------------------------------------------------------
 
     async def read(self, work: Work[T]) -> T:
         """Run a read on the event loop itself. The reads are indexed and bounded (a page, a row),
         so they take tens of microseconds, less than a hop to a thread and back; WAL keeps them
-        from ever waiting on the writer (docs/performance.md has the figures)."""
+        from ever waiting on the writer (docs/performance.md has the figures). A read that met
+        mail the search index lacks (`IndexBehind`) runs again once `catch_up` took it in."""
+        try:
+            return self._read_here(work)
+        except IndexBehind as behind:
+            return await read_caught_up(behind, self.catch_up, partial(self._read_again, work))
+
+    def _read_here(self, work: Work[T]) -> T:
         if self._closed:
             raise StorageError("The database is closed.")
         if self._reader is None:
             self._reader = _reading_connection(self._path)
         return _read_on(self._reader, work)
 
+    async def _read_again(self, work: Work[T]) -> T:
+        return self._read_here(work)
+
     async def read_large(self, work: Work[T]) -> T:
         """Run a read in a thread, on a connection of its own: stepping through megabytes of blob
         pages and copying them into `bytes` would hold the event loop for milliseconds each."""
+        try:
+            return await self._read_large(work)
+        except IndexBehind as behind:
+            return await read_caught_up(behind, self.catch_up, partial(self._read_large, work))
+
+    async def _read_large(self, work: Work[T]) -> T:
         if self._closed:
             raise StorageError("The database is closed.")
         return await asyncio.to_thread(self._read_in_thread, work)
@@ -261,6 +295,12 @@ class SqliteDatabase:
         """Run a read on a thread of its own, one at a time, on a connection kept for it: a
         filter that reads rows may walk up to its bound of them (`INBOXD_FILTER_SCAN_ROWS`), which
         took up to 1.5 s on the event loop and held every other request that long."""
+        try:
+            return await self._read_aside(work)
+        except IndexBehind as behind:
+            return await read_caught_up(behind, self.catch_up, partial(self._read_aside, work))
+
+    async def _read_aside(self, work: Work[T]) -> T:
         if self._closed:
             raise StorageError("The database is closed.")
         if self._aside is None:

@@ -11,6 +11,11 @@ stopped: it is neither read back, nor decompressed, nor parsed again. Others (to
 left by a restart or another process) are read back and parsed. The flag lives in the database,
 so a restart simply carries on.
 
+A list or a wait on `q`, `to` or `has_attachments` never answers without mail the index lacks:
+its read finds the mailbox's waiting mail (`search.require_indexed`) and the database has it
+indexed here first (`catch_up`, one batch of that mailbox at a time), so the background pass only
+decides how soon mail is indexed when nobody asks (`INBOXD_INDEX_LINGER`).
+
 Several processes on one database each index the mail they took themselves, and another's only
 once it is SETTLE seconds old (left behind by a process that stopped): each message is parsed
 once, and two indexers do not queue on each other's row locks (which, with the ingest writes in
@@ -24,6 +29,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 import msgspec
@@ -106,6 +112,10 @@ class SearchIndexer:
         self._linger = linger
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # `catch_up` in flight per mailbox: concurrent lists of one mailbox share one batch.
+        self._catching: dict[str, asyncio.Future[None]] = {}
+        # The messages a batch under way holds, each with the future it sets when it is done.
+        self._running: dict[str, asyncio.Future[None]] = {}
         # Ids of mail this process stored and has not indexed yet, with what ingest handed over
         # when it kept it; a message whose id is lost from here (the set is capped) is indexed all
         # the same once settled.
@@ -181,6 +191,32 @@ class SearchIndexer:
         """Index one batch of waiting messages (this process's own and settled ones, or with
         `everything` any); returns how many were waiting."""
         own = list(itertools.islice(self._own, self._batch))
+        run = self._begin(own)
+        try:
+            return await self._index_pending(own, run, everything=everything)
+        finally:
+            self._end(run)
+
+    def _begin(self, message_ids: Sequence[str]) -> _Run:
+        """A batch that is about to take `message_ids` (more may join with `_Run.add`): a
+        `catch_up` that meets them waits for it rather than read them back and index them twice."""
+        run = _Run(asyncio.get_running_loop().create_future(), [])
+        self._add(run, message_ids)
+        return run
+
+    def _add(self, run: _Run, message_ids: Sequence[str]) -> None:
+        for message_id in message_ids:
+            if message_id not in self._running:
+                self._running[message_id] = run.done
+                run.ids.append(message_id)
+
+    def _end(self, run: _Run) -> None:
+        for message_id in run.ids:
+            if self._running.get(message_id) is run.done:
+                del self._running[message_id]
+        run.done.set_result(None)  # whatever the outcome: a waiter reads again and sees
+
+    async def _index_pending(self, own: list[str], run: _Run, *, everything: bool) -> int:
         kept = {message_id: self._take(message_id) for message_id in own}
         now = self._clock()
         handed_all = [s.pending for s in kept.values() if s is not None and s.pending is not None]
@@ -200,6 +236,40 @@ class SearchIndexer:
             self.wake([i for i, s in kept.items() if i not in taken and s is None])
         if not waiting:
             return 0
+        self._add(run, [p.id for p in waiting])
+        await self._index(waiting, kept)
+        return len(waiting)
+
+    async def catch_up(self, mailbox_id: str) -> None:
+        """Index one batch of the mailbox's waiting mail now (`Database.catch_up`): a list on
+        `q`, `to` or `has_attachments` met mail the index lacks. Lists of one mailbox that ask at
+        once share the batch; what the background indexer indexes at the same time is claimed
+        once (`search_index.save` skips what is indexed already)."""
+        flight = self._catching.get(mailbox_id)
+        if flight is None:
+            flight = asyncio.ensure_future(self._catch_up(mailbox_id))
+            self._catching[mailbox_id] = flight
+            flight.add_done_callback(lambda _: self._catching.pop(mailbox_id, None))
+        # Shielded: a caller that goes away must not cancel the batch others wait for.
+        await asyncio.shield(flight)
+
+    async def _catch_up(self, mailbox_id: str) -> None:
+        waiting = await self._db.read(partial(search_index.pending_in, mailbox_id=mailbox_id, limit=self._batch))
+        # What a batch under way holds already is waited for, not taken in a second time.
+        busy = {done for p in waiting if (done := self._running.get(p.id)) is not None}
+        mine = [p for p in waiting if p.id not in self._running]
+        if mine:
+            run = self._begin([p.id for p in mine])
+            try:
+                await self._index(mine, {p.id: self._take(p.id) for p in mine})
+            finally:
+                self._end(run)
+        if busy:
+            await asyncio.wait(busy)  # never cancels the batches themselves
+
+    async def _index(self, waiting: Sequence[search_index.Pending], kept: dict[str, Stored | None]) -> None:
+        """Build the documents of `waiting` (from what ingest handed over, in `kept`, or read back)
+        and write them in one transaction; tell the bus which mailboxes gained indexed mail."""
         pending_of = {p.id: p for p in waiting}
         # Handed over by ingest (the claim in `save` checks each is still there and unindexed), or read back.
         handed = [item for p in waiting if (item := kept.get(p.id)) is not None]
@@ -216,7 +286,14 @@ class SearchIndexer:
         mailboxes = await self._db.write(partial(search_index.save, docs=docs))
         if mailboxes:
             await self._bus.indexed(sorted(set(mailboxes)))
-        return len(waiting)
+
+
+@dataclass(slots=True)
+class _Run:
+    """A batch under way: set `done` when it ends; `ids`, the messages it registered."""
+
+    done: asyncio.Future[None]
+    ids: list[str]
 
 
 def _chunks(waiting: Sequence[search_index.Pending]) -> list[list[str]]:
