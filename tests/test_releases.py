@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from email.parser import BytesParser
 from email.policy import compat32
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from tests.conftest import REDIS_URL, Clock, Harness, free_port, simple_message
 
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 RELAY_DOMAIN = "relay.test"
+RELAY_SENDER = "releases@ops.example"
 
 
 @dataclass
@@ -118,6 +120,7 @@ def relayed(relay: Relay, **overrides: Any) -> dict[str, Any]:
         "relay_port": relay.port,
         "relay_tls": "none",
         "relay_allow": [RELAY_DOMAIN],
+        "relay_sender": RELAY_SENDER,
         **overrides,
     }
 
@@ -179,6 +182,14 @@ async def test_release_to_an_allowed_address_arrives_unchanged_and_is_recorded(s
     assert mark and theirs.startswith(b"Received: from ") and b"\r\n" not in theirs.replace(b"\r\n\t", b"")
     ours, rest = (b"Received: by " + ours_and_rest).split(b"\r\n", 1)
     assert f"id {body['id']};".encode() in ours
+    # Then the release's resent block (RFC 5322 §3.6.6), then the stored bytes unchanged.
+    resent, rest = rest.split(b"\r\n", 4)[:4], rest.split(b"\r\n", 4)[4]
+    assert [line.split(b":", 1)[0] for line in resent] == [
+        b"Resent-Date",
+        b"Resent-From",
+        b"Resent-To",
+        b"Resent-Message-ID",
+    ]
     assert rest == stored
     assert BytesParser(policy=compat32).parsebytes(arrived)["Subject"] == "Welcome aboard"
 
@@ -482,6 +493,7 @@ async def test_release_authenticates_at_the_relay(
                 relay_port=info["smtp_port"],
                 relay_tls="none",
                 relay_allow=["example.com"],
+                relay_sender=RELAY_SENDER,
                 relay_username=info["username"],
                 relay_password=token,
             )
@@ -512,6 +524,7 @@ async def test_a_wrong_relay_password_is_a_502(
             relay_port=relay.submission_port,
             relay_tls="none",
             relay_allow=["example.com"],
+            relay_sender=RELAY_SENDER,
             relay_username=info.sandbox.username,
             relay_password="ibx_wrong",
         )
@@ -532,6 +545,7 @@ def test_relay_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch, tm
     monkeypatch.setenv("INBOXD_RELAY_ALLOW", "Example.COM, QA@example.org ")
     monkeypatch.setenv("INBOXD_RELAY_TLS", "tls")
     monkeypatch.setenv("INBOXD_RELAY_CA_FILE", "/etc/ssl/ca.pem")
+    monkeypatch.setenv("INBOXD_RELAY_SENDER", RELAY_SENDER)
 
     settings = load_settings()
 
@@ -540,6 +554,15 @@ def test_relay_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch, tm
     assert settings.relay_tls == "tls" and settings.relay_ca_file == "/etc/ssl/ca.pem"
     monkeypatch.setenv("INBOXD_RELAY_TLS", "ssl")
     with pytest.raises(SettingsError, match="INBOXD_RELAY_TLS"):
+        load_settings()
+    # Releases on (a host and an allow list) without the address they are sent from: no start.
+    monkeypatch.setenv("INBOXD_RELAY_TLS", "tls")
+    monkeypatch.setenv("INBOXD_RELAY_HOST", "smtp.example.com")
+    monkeypatch.delenv("INBOXD_RELAY_SENDER")
+    with pytest.raises(SettingsError, match="INBOXD_RELAY_SENDER"):
+        load_settings()
+    monkeypatch.setenv("INBOXD_RELAY_SENDER", "Ops <ops@example.com>")
+    with pytest.raises(SettingsError, match="INBOXD_RELAY_SENDER"):
         load_settings()
 
 
@@ -564,6 +587,7 @@ async def test_implicit_tls_to_a_relay(
             relay_tls="tls",
             relay_ca_file=str(certs.ca),
             relay_allow=["example.com"],
+            relay_sender=RELAY_SENDER,
             relay_username=info.sandbox.username,
             relay_password=token,
         )
@@ -577,3 +601,113 @@ async def test_implicit_tls_to_a_relay(
         assert [m.summary.subject for m in captured] == ["Over TLS"]
     finally:
         await relay.stop()
+
+
+# Release under the operator's name (issue 34) -----------------------------------------------------
+# Only Pro users and admins release; the envelope sender is INBOXD_RELAY_SENDER whatever the From
+# says (the relay inboxd stores the MAIL FROM it was given as `sender`); the copy carries Resent-*
+# (RFC 5322 §3.6.6); `%` and `!` are refused in local parts; a failure names the setting to change.
+
+
+@sqlite_only
+async def test_a_forged_from_never_becomes_the_envelope_sender(start: Start, relay: Relay) -> None:
+    inbox = await relay.mailbox("me")
+    h = await start(**relayed(relay))
+    box = await h.new_mailbox()
+    forged = simple_message(subject="Pay now", sender="ceo@bank.example")
+    await h.send(box["address"], forged)
+    listed = (await h.http.get(f"/api/accounts/{box['address']}/messages", headers=h.auth())).json()
+    message_id = listed["messages"][0]["id"]
+
+    response = await release(h, box["address"], message_id, [inbox])
+
+    assert response.status_code == 200, response.text
+    release_id = response.json()["id"]
+    auth = {"Authorization": f"Bearer {relay.token}"}
+    [arrived] = (await relay.http.get(f"/api/accounts/{inbox}/messages", headers=auth)).json()["messages"]
+    assert arrived["sender"] == RELAY_SENDER  # MAIL FROM as the relay received it
+    [raw] = await relay.sources(inbox)
+    headers = BytesParser(policy=compat32).parsebytes(raw, headersonly=True)
+    assert headers["From"] == "Alice <ceo@bank.example>"  # left as written, shown as resent
+    assert headers["Resent-From"] == f"<{RELAY_SENDER}>"
+    assert headers["Resent-To"] == inbox
+    assert headers["Resent-Message-ID"] == f"<{release_id}@{h.server.settings.resolved_smtp_hostname}>"
+    assert parsedate_to_datetime(headers["Resent-Date"]).timestamp() == pytest.approx(h.clock(), abs=5)
+    # The resent block sits above the original fields, under the release's Received: line.
+    names = [name.lower() for name in headers]
+    assert names.index("resent-from") < names.index("from") and names.index("received") < names.index("resent-date")
+
+
+@sqlite_only
+async def test_several_recipients_are_one_resent_to(start: Start, relay: Relay) -> None:
+    one, two = await relay.mailbox("one"), await relay.mailbox("two")
+    h = await start(**relayed(relay))
+    address, message_id = await caught(h)
+    assert (await release(h, address, message_id, [one, two])).status_code == 200
+    [raw] = await relay.sources(two)
+    value = BytesParser(policy=compat32).parsebytes(raw, headersonly=True)["Resent-To"]
+    assert [a.strip() for a in value.replace("\r\n", "").split(",")] == [one, two]
+
+
+@sqlite_only
+async def test_only_pro_users_and_admins_release(start: Start, relay: Relay) -> None:
+    inbox = await relay.mailbox("me")
+    h = await start(**relayed(relay))
+    free = await h.new_user("free")
+    box = await h.new_mailbox(free)
+    await h.send(box["address"])
+    listed = (await h.http.get(f"/api/accounts/{box['address']}/messages", headers=h.auth(free))).json()
+
+    refused = await release(h, box["address"], listed["messages"][0]["id"], [inbox], free)
+
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"] == "pro_required" and "Pro" in refused.json()["message"]
+    # A free admin may (the operator's own); so may a Pro user.
+    admin = await h.server.services.users.create_user("ops@example.test", plan="free", role="admin")
+    admin_token = (await h.server.services.users.create_token(admin, "ops")).value
+    for token in (admin_token, await h.new_user("pro")):
+        mine = await h.new_mailbox(token)
+        await h.send(mine["address"])
+        got = (await h.http.get(f"/api/accounts/{mine['address']}/messages", headers=h.auth(token))).json()
+        assert (await release(h, mine["address"], got["messages"][0]["id"], [inbox], token)).status_code == 200
+    assert len(await relay.sources(inbox)) == 2
+
+
+@sqlite_only
+async def test_percent_and_bang_are_refused_in_local_parts(start: Start, relay: Relay) -> None:
+    inbox = await relay.mailbox("me")
+    h = await start(**relayed(relay))
+    address, message_id = await caught(h)
+    for routed in (f"victim%evil.example@{RELAY_DOMAIN}", f"evil.example!victim@{RELAY_DOMAIN}"):
+        response = await release(h, address, message_id, [inbox, routed])
+        assert response.status_code == 400, routed
+        body = response.json()
+        assert body["error"] == "invalid_request" and routed in body["message"]
+        assert "`%` and `!`" in body["message"]
+    assert await relay.sources(inbox) == []
+
+
+@sqlite_only
+@pytest.mark.parametrize("mode", ["starttls", "tls"])
+async def test_a_tls_failure_against_a_local_relay_names_the_setting(start: Start, relay: Relay, mode: str) -> None:
+    """The relay on 127.0.0.1 speaks plain SMTP: STARTTLS (not offered) and implicit TLS both fail,
+    and the error says to set INBOXD_RELAY_TLS=none."""
+    inbox = await relay.mailbox("me")
+    h = await start(**relayed(relay, relay_tls=mode, relay_timeout=5.0))
+    address, message_id = await caught(h)
+
+    response = await release(h, address, message_id, [inbox])
+
+    assert response.status_code == 502, response.text
+    body = response.json()
+    assert body["error"] == "relay_error" and "INBOXD_RELAY_TLS=none" in body["message"], body
+    assert await relay.sources(inbox) == []
+
+
+@sqlite_only
+async def test_a_refused_connection_names_host_and_port(start: Start, relay: Relay) -> None:
+    h = await start(**relayed(relay, relay_port=free_port()))
+    address, message_id = await caught(h)
+    response = await release(h, address, message_id, [f"me@{RELAY_DOMAIN}"])
+    assert response.status_code == 502
+    assert "INBOXD_RELAY_HOST and INBOXD_RELAY_PORT" in response.json()["message"]

@@ -42,7 +42,11 @@ async def test_release_from_the_message_page(
             assert created.status_code == 201, created.text
 
             web = await start_web(
-                relay_host="127.0.0.1", relay_port=relay.smtp_port, relay_tls="none", relay_allow=[RELAY_DOMAIN]
+                relay_host="127.0.0.1",
+                relay_port=relay.smtp_port,
+                relay_tls="none",
+                relay_allow=[RELAY_DOMAIN, "qa@example.org"],
+                relay_sender="releases@ops.example",
             )
             user = await web.user("ann@example.test")
             token = (await web.services.users.create_token(user, "t")).value
@@ -62,6 +66,10 @@ async def test_release_from_the_message_page(
             await page.goto(f"/mailboxes/{box.json()['id']}")
             await page.get_by_role("row", name=re.compile("Your invoice is ready")).get_by_role("link").click()
             await expect(page.get_by_role("heading", name="Release")).to_be_visible()
+            # The form says whom it may reach before anything is tried.
+            allowed = page.locator("#release-allowed")
+            await expect(allowed).to_contain_text(f"…@{RELAY_DOMAIN}")
+            await expect(allowed).to_contain_text("qa@example.org")
             await web.screenshot(page, "message-release")
 
             # A recipient the allow list does not name: said on the page, the addresses kept.

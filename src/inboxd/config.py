@@ -52,6 +52,12 @@ def _domains(value: list[str]) -> list[str]:
     return [d.strip().lower().rstrip(".") for d in value]
 
 
+def _plain_address(value: str) -> bool:
+    """`local@domain` with nothing an SMTP envelope or a header could be split on."""
+    local, at, domain = value.rpartition("@")
+    return bool(local and at and "." in domain) and not any(c.isspace() or c in "<>,;\"" for c in value)
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Every option of inboxd; the README's configuration reference mirrors this class."""
 
@@ -256,7 +262,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     relay_allow: list[str] = msgspec.field(default_factory=list)
     # A CA bundle to verify the relay's certificate with; empty: the system's store.
     relay_ca_file: str = ""
-    # The MAIL FROM of a release; empty: the address in the message's From header.
+    # The MAIL FROM and Resent-From of a release: an address of the operator's, never the message's
+    # From; required when releases are on (relay_host and relay_allow set).
     relay_sender: str = ""
     relay_timeout: float = 30.0
     # Releases one user may make per hour (a token bucket, burst the same).
@@ -294,6 +301,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             )
         if self.analysis_threads < 1 or self.analysis_budget <= 0:
             raise SettingsError("INBOXD_ANALYSIS_THREADS and INBOXD_ANALYSIS_BUDGET must be positive")
+        if self.relay_host and self.relay_allow and not _plain_address(self.relay_sender):
+            raise SettingsError(
+                "INBOXD_RELAY_SENDER: releases are on (INBOXD_RELAY_HOST and INBOXD_RELAY_ALLOW are set), so "
+                "they need the address they are sent from, e.g. INBOXD_RELAY_SENDER=releases@example.com "
+                f"(got {self.relay_sender!r}); it is never taken from the message"
+            )
         if self.render_contexts < 1 or self.render_timeout <= 0 or self.render_max_height < 320:
             raise SettingsError(
                 "INBOXD_RENDER_CONTEXTS and INBOXD_RENDER_TIMEOUT must be positive, "

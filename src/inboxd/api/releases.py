@@ -60,13 +60,14 @@ def release_out(r: Release) -> ReleaseOut:
 
 
 _RELEASE_TEXT = (
-    "Sends the stored message, unchanged but for one `Received:` header in front, through the relay "
-    "`INBOXD_RELAY_*` configures. 200 once the relay answered, with its answer per recipient "
-    "(`accepted: false` for each it refused); the release is recorded either way. Limited per user "
-    "(`INBOXD_RELEASE_PER_HOUR`)."
+    "Sends the stored message, unchanged but for a `Received:` header and `Resent-Date`, `Resent-From`, "
+    "`Resent-To`, `Resent-Message-ID` in front, through the relay `INBOXD_RELAY_*` configures, from "
+    "`INBOXD_RELAY_SENDER` (never the message's From). Pro users and admins only; an API token, never "
+    "a mailbox token. 200 once the relay answered, with its answer per recipient (`accepted: false` for "
+    "each it refused); the release is recorded either way. Limited per user (`INBOXD_RELEASE_PER_HOUR`)."
 )
 _ERRORS = (400, 403, 404, 410, 429, 502)
-_CODES = ("release_disabled", "recipient_not_allowed", "release_limit_reached")
+_CODES = ("release_disabled", "recipient_not_allowed", "release_limit_reached", "pro_required")
 
 
 async def _release(call: Call, mailbox: Mailbox, request: Request) -> Response:

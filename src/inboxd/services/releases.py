@@ -2,16 +2,25 @@
 
 The rules, in the order they are checked (nothing is sent unless all pass):
 - releases are off unless both `INBOXD_RELAY_HOST` and `INBOXD_RELAY_ALLOW` are set (403
-  `release_disabled`);
+  `release_disabled`); with them on, `INBOXD_RELAY_SENDER` must be set too (config.py stops the
+  start otherwise);
+- only Pro users and admins release (403 `pro_required`): a release sends mail from the
+  operator's relay, under the operator's name;
 - `to` holds 1 to `MAX_RECIPIENTS` plain ASCII addresses (`local@domain`, no display name, no
-  whitespace, CR or LF: they go into the SMTP envelope), else 400 `invalid_request`;
+  whitespace, CR or LF: they go into the SMTP envelope), with no `%` or `!` in the local part (the
+  old source routes, `a%b@relay` and `b!a@relay`, that a relay may send on to a host of their
+  choosing), else 400 `invalid_request`;
 - every recipient is allowed by `INBOXD_RELAY_ALLOW`, which lists domains (exactly that domain)
   and addresses; else 403 `recipient_not_allowed` naming the refused ones;
 - the message is the caller's and not expired (404, 410);
 - the user has a release left this hour (429 `release_limit_reached`).
-The message goes out byte for byte as stored, with one `Received:` header added in front that
-names the release; the relay's answer per recipient is recorded with who released it and when,
-also when the relay cannot be reached (then 502 `relay_error`).
+The message goes out byte for byte as stored, with a `Received:` header that names the release and
+a set of `Resent-From` (`INBOXD_RELAY_SENDER`), `Resent-Date`, `Resent-To` and `Resent-Message-ID`
+(RFC 5322 §3.6.6) added in front: the reader's client shows who sent it on, and the original `From`
+is left as it was written, never taken for the envelope. The envelope sender is
+`INBOXD_RELAY_SENDER`, never an address from the message. The relay's answer per recipient is
+recorded with who released it and when, also when the relay cannot be reached (then 502
+`relay_error`, whose message names the setting to change).
 """
 
 from __future__ import annotations
@@ -20,9 +29,7 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from email.parser import BytesHeaderParser
-from email.policy import compat32
-from email.utils import format_datetime, getaddresses
+from email.utils import format_datetime
 from functools import partial
 
 from inboxd.config import Settings
@@ -44,6 +51,12 @@ ADDRESS = re.compile(rf"{_ATOM}(?:\.{_ATOM})*@{_LABEL}(?:\.{_LABEL})+")
 
 def valid_address(address: str) -> bool:
     return len(address) <= 254 and ADDRESS.fullmatch(address) is not None
+
+
+def routed(address: str) -> bool:
+    """Whether the local part holds `%` or `!`: a source route some relays still follow."""
+    local = address.rpartition("@")[0]
+    return "%" in local or "!" in local
 
 
 class ReleaseService:
@@ -71,6 +84,15 @@ class ReleaseService:
     def enabled(self) -> bool:
         return bool(self._settings.relay_host and self._settings.relay_allow)
 
+    @property
+    def allowed(self) -> list[str]:
+        """What `INBOXD_RELAY_ALLOW` lets a release reach, as the form lists it (domains, addresses)."""
+        return sorted(self._allowed_domains) + sorted(self._allowed_addresses)
+
+    @staticmethod
+    def may_release(user: User) -> bool:
+        return user.is_pro or user.role == "admin"
+
     def check_recipients(self, to: Sequence[str]) -> list[str]:
         """`to` as it will be sent, or the error that refuses it."""
         if not self.enabled:
@@ -81,6 +103,12 @@ class ReleaseService:
         bad = [a for a in to if not valid_address(a)]
         if bad:
             raise InvalidRequest(f"Not an email address: {', '.join(repr(a) for a in bad)}.")
+        bad = [a for a in to if routed(a)]
+        if bad:
+            raise InvalidRequest(
+                f"`%` and `!` are refused in the local part (a source route the relay could follow): "
+                f"{', '.join(repr(a) for a in bad)}."
+            )
         recipients = list(dict.fromkeys(to))
         refused = [a for a in recipients if not self._allowed(a)]
         if refused:
@@ -95,15 +123,20 @@ class ReleaseService:
         return lowered in self._allowed_addresses or lowered.rpartition("@")[2] in self._allowed_domains
 
     async def release(self, user: User, mailbox: Mailbox, message_id: str, to: Sequence[str]) -> Release:
+        if self.enabled and not self.may_release(user):
+            raise Forbidden(
+                "Release sends mail through this server's relay: it needs a Pro account (or an admin).",
+                code="pro_required",
+            )
         recipients = self.check_recipients(to)
         raw = await self._messages.source(mailbox, message_id)
         await self._admission.admit_release(user)
         now = self._clock()
         release_id = str(uuid.uuid4())
-        sender = self._settings.relay_sender or _from_address(raw)
+        sender = self._settings.relay_sender
         failure: RelayError | None = None
         try:
-            stamped = self._stamp(raw, release_id, now)
+            stamped = self._stamp(raw, release_id, now, recipients)
             answers = await self._relay.send(sender=sender, recipients=recipients, raw=stamped)
         except RelayError as exc:
             failure = exc
@@ -126,15 +159,23 @@ class ReleaseService:
         read = partial(store.of_message, mailbox_id=mailbox.id, message_id=message_id, limit=HISTORY)
         return await self._db.read(read)
 
-    def _stamp(self, raw: bytes, release_id: str, now: float) -> bytes:
+    def _stamp(self, raw: bytes, release_id: str, now: float, recipients: Sequence[str]) -> bytes:
+        """The trace and resent block in front of the stored bytes (RFC 5322 §3.6.6, §3.6.7: the
+        `Received:` first, then the resent fields of this release). Every value is ours or checked
+        (`to` is plain ASCII addresses, the sender a setting), so nothing the message says goes in."""
         when = format_datetime(datetime.fromtimestamp(now, UTC))
         host = self._settings.resolved_smtp_hostname
-        return f"Received: by {host} (inboxd release) id {release_id}; {when}\r\n".encode("ascii") + raw
+        to = _folded(recipients)
+        block = (
+            f"Received: by {host} (inboxd release) id {release_id}; {when}\r\n"
+            f"Resent-Date: {when}\r\n"
+            f"Resent-From: <{self._settings.relay_sender}>\r\n"
+            f"Resent-To: {to}\r\n"
+            f"Resent-Message-ID: <{release_id}@{host}>\r\n"
+        )
+        return block.encode("ascii") + raw
 
 
-def _from_address(raw: bytes) -> str:
-    """The From header's address when it is a plain one, else the null reverse-path."""
-    headers = BytesHeaderParser(policy=compat32).parsebytes(raw, headersonly=True)
-    found = getaddresses([str(headers.get("From", ""))])
-    address = found[0][1] if found else ""
-    return address if valid_address(address) else ""
+def _folded(addresses: Sequence[str]) -> str:
+    """The addresses as one header value, one a line past the first (lines stay under 998)."""
+    return ",\r\n\t".join(addresses)

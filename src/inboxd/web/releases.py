@@ -28,7 +28,13 @@ async def release_context(call: Call, mailbox: Mailbox, message_id: str) -> dict
     releases = call.services.releases
     if not releases.enabled:
         return {"release_enabled": False, "releases": []}
-    return {"release_enabled": True, "releases": await releases.history(mailbox, message_id)}
+    return {
+        "release_enabled": True,
+        # The form says up front who may release and to whom, rather than after a refused try.
+        "release_allowed": releases.allowed,
+        "release_permitted": releases.may_release(call.user),
+        "releases": await releases.history(mailbox, message_id),
+    }
 
 
 @page(operation=True)
