@@ -277,8 +277,9 @@ class AuthChecker:
         self._psl: PublicSuffixList | None = None
         self._psl_lock = threading.Lock()
 
-    async def check(self, raw: bytes, reception: Reception | None, *, user_key: str = "") -> AuthOutcome:
-        """The check on the checker's threads, in one of `user_key`'s slots."""
+    async def check(self, raw: bytes, reception: Reception | None, *, user_key: str | None = None) -> AuthOutcome:
+        """The check on the checker's threads, in one of `user_key`'s slots (without a user, in
+        one of the server's alone)."""
         async with self._gate.slot(user_key):
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="inboxd-auth")

@@ -32,7 +32,13 @@ class UserGate:
         self._users: dict[str, _UserSlots] = {}
 
     @asynccontextmanager
-    async def slot(self, user_key: str) -> AsyncIterator[None]:
+    async def slot(self, user_key: str | None) -> AsyncIterator[None]:
+        """One slot of `user_key`'s, then one of the server's; a caller that does not know its
+        user (None) takes the server's alone."""
+        if user_key is None:
+            async with self._total:
+                yield
+            return
         entry = self._users.get(user_key)
         if entry is None:
             entry = self._users[user_key] = _UserSlots(self._per_user)

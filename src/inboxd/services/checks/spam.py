@@ -91,9 +91,9 @@ class SpamChecker:
     def configured(self) -> bool:
         return bool(self._url)
 
-    async def check(self, raw: bytes, envelope: Envelope, *, user_key: str = "") -> SpamResult:
-        """Ask rspamd in one of `user_key`'s slots; never raises for rspamd's fault, the result's
-        `error` says it."""
+    async def check(self, raw: bytes, envelope: Envelope, *, user_key: str | None = None) -> SpamResult:
+        """Ask rspamd in one of `user_key`'s slots (without a user, in one of the server's alone);
+        never raises for rspamd's fault, the result's `error` says it."""
         assert self.configured, "INBOXD_RSPAMD_URL is not set"
         async with self._gate.slot(user_key):
             body = await self._ask(raw, envelope)
