@@ -131,7 +131,11 @@ async def test_export_of_another_users_existing_mailbox_is_not_found(harness: Ha
     crossed = await harness.http.get(
         f"/api/accounts/{box['id']}/export.mbox", headers=harness.auth(signed.json()["token"])
     )
-    assert crossed.status_code in (403, 404) and b"918273" not in crossed.content
+    # decisions.md: with a mailbox token, another mailbox answers 404 `not_found`, on every path.
+    assert crossed.status_code == 404 and crossed.json()["error"] == "not_found", crossed.text
+    assert b"918273" not in crossed.content
+    listed = await harness.http.get(f"/api/accounts/{box['id']}/messages", headers=harness.auth(signed.json()["token"]))
+    assert listed.status_code == 404 and listed.json()["error"] == "not_found", listed.text
 
 
 @pytest.fixture
