@@ -1,7 +1,8 @@
 """The SMTP transaction line written straight to `logs.configure`'s handler is the line the record
 path writes, and any other logging set-up (a raised level, a disabled logger, a handler, a filter,
 JSON) is honoured: the line then goes the usual way, or nowhere (as `tests/test_access_line.py`
-checks for the HTTP access line)."""
+checks for the HTTP access line). The line comes from a real session of a real `SmtpServer` (the
+engine's own `Transaction._record`), with recipients the ingest service resolved."""
 
 from __future__ import annotations
 
@@ -9,16 +10,15 @@ import io
 import json
 import logging
 import re
-from collections.abc import Iterator
-from types import SimpleNamespace
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from inboxd import logs
-from inboxd.metrics import Metrics
-from inboxd.smtp.tally import SmtpTally
-from inboxd.smtp.transaction import Transaction
+from inboxd.services.ingest import Recipient
+from inboxd.smtp.server import SmtpServer
+from inboxd.smtp.session import Session
+from tests.conftest import Harness
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
 SMTP = logging.getLogger("inboxd.smtp")
@@ -37,26 +37,36 @@ CASES: list[tuple[str, str | None, list[str], str]] = [
 ]
 
 
-class _Session(Transaction):
-    """What `Transaction._record` reads of a session, and nothing else."""
+pytestmark = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+Case = tuple[str, str | None, list[str], str]
+Direct = Callable[[Case], None]
 
-    def __init__(self, peer: str, sender: str | None, mailboxes: list[str]) -> None:
-        self.server: Any = SimpleNamespace(tally=SmtpTally(Metrics()))
-        self.peer = peer
-        self.sender = sender
-        self.recipients: Any = [SimpleNamespace(mailbox=SimpleNamespace(address=a)) for a in mailboxes]
+
+@pytest.fixture
+async def write_line(harness: Harness) -> Direct:
+    """Write a case's line as the engine does at a transaction's end: a session of a real listener
+    (not started: no socket is needed to write a line), its envelope as RCPT would have left it."""
+    server = SmtpServer(harness.server.services.ingest, settings=harness.server.settings)
+    recipients: dict[str, Recipient] = {}
+    for address in sorted({a for case in CASES for a in case[2]}):
+        await harness.new_mailbox(local=address.partition("@")[0])
+        recipients[address] = await harness.server.services.ingest.resolve(address, declared_size=None)
+
+    def write(case: Case) -> None:
+        peer, sender, mailboxes, reply = case
+        session = Session(server)
+        session.peer, session.sender = peer, sender
+        session.recipients = [recipients[a] for a in mailboxes]
+        session._record(reply, size=4233, seconds=0.0092811, stage="DATA")
+
+    return write
 
 
 def _outcome(reply: str) -> str:
     return "accepted" if reply.startswith("250") else "deferred" if reply[0] == "4" else "rejected"
 
 
-def _direct(case: tuple[str, str | None, list[str], str]) -> None:
-    peer, sender, mailboxes, reply = case
-    _Session(peer, sender, mailboxes)._record(reply, size=4233, seconds=0.0092811, stage="DATA")
-
-
-def _by_record(case: tuple[str, str | None, list[str], str]) -> None:
+def _by_record(case: Case) -> None:
     """The same line made the usual way: a record through the logger and its handlers."""
     peer, sender, mailboxes, reply = case
     SMTP.info(
@@ -106,7 +116,9 @@ def _clear(stream: io.StringIO) -> None:
     stream.truncate()
 
 
-def test_the_direct_line_is_the_records_line(stream: io.StringIO, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_direct_line_is_the_records_line(
+    write_line: Direct, stream: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _only_configured()
 
     def no_record(*args: object, **kwargs: object) -> logging.LogRecord:
@@ -120,7 +132,7 @@ def test_the_direct_line_is_the_records_line(stream: io.StringIO, monkeypatch: p
                 _clear(stream)
                 with monkeypatch.context() as patched:
                     patched.setattr(SMTP, "makeRecord", no_record)
-                    _direct(case)
+                    write_line(case)
                 direct = stream.getvalue()
                 _clear(stream)
                 _by_record(case)
@@ -133,24 +145,26 @@ def test_the_direct_line_is_the_records_line(stream: io.StringIO, monkeypatch: p
             assert "\r" not in direct and "\x1b" not in direct and "ibx_aaaa" not in direct
 
 
-def test_a_raised_level_or_disabled_logger_writes_nothing(stream: io.StringIO) -> None:
+def test_a_raised_level_or_disabled_logger_writes_nothing(write_line: Direct, stream: io.StringIO) -> None:
     _only_configured()
     assert logs.write_info(SMTP, "x", {}) is True
     _clear(stream)
     SMTP.setLevel(logging.WARNING)
-    _direct(CASES[0])
+    write_line(CASES[0])
     SMTP.setLevel(logging.NOTSET)
     SMTP.disabled = True
-    _direct(CASES[0])
+    write_line(CASES[0])
     SMTP.disabled = False
     logging.getLogger().handlers[0].setLevel(logging.WARNING)
-    _direct(CASES[0])
+    write_line(CASES[0])
     assert stream.getvalue() == ""
 
 
-def test_a_handler_or_filter_added_sees_the_record(stream: io.StringIO, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_handler_or_filter_added_sees_the_record(
+    write_line: Direct, stream: io.StringIO, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="inboxd.smtp")
-    _direct(CASES[0])
+    write_line(CASES[0])
     assert [r.getMessage() for r in caplog.records] == ["smtp transaction accepted"]
     assert caplog.records[0].fields["size"] == 4233  # type: ignore[attr-defined]
     assert "smtp transaction accepted" in stream.getvalue()  # and the configured handler too
@@ -164,16 +178,16 @@ def test_a_handler_or_filter_added_sees_the_record(stream: io.StringIO, caplog: 
     SMTP.addFilter(drop)
     try:
         before = stream.getvalue()
-        _direct(CASES[0])
+        write_line(CASES[0])
         assert dropped == ["smtp transaction accepted"] and stream.getvalue() == before
     finally:
         SMTP.removeFilter(drop)
     SMTP.propagate = False
-    _direct(CASES[0])
+    write_line(CASES[0])
     assert stream.getvalue() == before  # no handler reached: nothing written by the direct path
 
 
-def test_the_json_format_goes_the_usual_way() -> None:
+def test_the_json_format_goes_the_usual_way(write_line: Direct) -> None:
     root = logging.getLogger()
     saved = (list(root.handlers), root.level)
     out = io.StringIO()
@@ -182,7 +196,7 @@ def test_the_json_format_goes_the_usual_way() -> None:
     _only_configured()
     try:
         assert logs.write_info(SMTP, "x", {}) is False
-        _direct(CASES[0])
+        write_line(CASES[0])
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
