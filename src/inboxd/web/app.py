@@ -9,13 +9,15 @@ from starlette.staticfiles import StaticFiles
 
 from inboxd.auth.providers import Providers
 from inboxd.services.registry import Services
-from inboxd.web import account, admin, checks, faults, mail, pro, releases, sign_in
-from inboxd.web.pages import SecurityHeaders
+from inboxd.web import account, admin, checks, errors, faults, mail, pro, releases, sign_in
+from inboxd.web.pages import PageFailed, SecurityHeaders
 
 
 def attach(app: Starlette, services: Services) -> None:
-    """What the pages need besides the services: the identity providers' clients."""
+    """What the pages need besides the services: the identity providers' clients, and the one
+    exception handler that turns a page's error into the error page."""
     app.state.providers = Providers(services.settings)
+    app.add_exception_handler(PageFailed, errors.on_page_failed)
 
 
 def routes() -> list[BaseRoute]:

@@ -2,6 +2,8 @@
 
 Nothing a visitor can send ends in a bare 500: our own errors become their status with a page
 that says what happened; a storage fault says to try again. Sign-in problems are logged once here.
+Every page's error reaches `on_page_failed`, the dashboard's one exception handler (a page wrapper
+raises `PageFailed`; `web/app.py` registers the handler), so the pages never import this module.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from starlette.responses import Response
 
 from inboxd.errors import Forbidden, Gone, InboxdError, NotFound, ProviderError, RateLimited, SignInRefused
 from inboxd.http.pipeline import Call
-from inboxd.web.pages import page, render
+from inboxd.web.pages import PageFailed, finish, page, render
 
 log = logging.getLogger("inboxd.web")
 
@@ -79,11 +81,23 @@ def error_page(request: Request, call: Call, error: InboxdError) -> Response:
     return response
 
 
+async def on_page_failed(request: Request, exc: Exception) -> Response:
+    """The exception handler of every page: its error as a page, with the page's cookie upkeep and
+    security headers."""
+    assert isinstance(exc, PageFailed)
+    return finish(error_page(request, exc.call, exc.error), exc.call, cookie=exc.cookie)
+
+
 @page("public")
 async def _not_found(request: Request, call: Call) -> Response:
     raise NotFound("There is no page at this address.")
 
 
 async def not_found_page(request: Request) -> Response:
-    """The page for an unknown address, with the visitor's navigation if they are signed in."""
-    return await _not_found(request)
+    """The page for an unknown address, with the visitor's navigation if they are signed in. It is
+    called from Starlette's own exception handler, past the one `on_page_failed` is, so it answers
+    its page's failure itself."""
+    try:
+        return await _not_found(request)
+    except PageFailed as exc:
+        return await on_page_failed(request, exc)

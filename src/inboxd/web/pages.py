@@ -7,8 +7,10 @@ dashboard's rate (per signed-in user, or per client IP); a form that does what a
 user's request rate, the mailbox-creation interval, the monthly count and the free-space guard.
 A signed-out visitor of a guarded page is sent to the sign-in page (with `next`, so they come
 back); a POST is refused unless it comes from our origin with the session's CSRF token; any
-`InboxdError` becomes an error page through `errors.py`. Every answer is `no-store`, so the back
-button after sign-out asks the server again.
+`InboxdError` leaves the wrapper as a `PageFailed`, which the dashboard's one exception handler
+(`errors.on_page_failed`, registered by `web/app.py`) turns into the error page: this module never
+imports the error pages, which render through it. Every answer is `no-store`, so the back button
+after sign-out asks the server again.
 """
 
 from __future__ import annotations
@@ -150,6 +152,18 @@ def sign_in_redirect(request: Request, *, reason: str = "") -> Response:
 Access = Literal["public", "user", "admin"]
 
 
+class PageFailed(Exception):
+    """A page handler's `InboxdError` on its way to the dashboard's exception handler, with what
+    that handler needs to answer as the page would have: the request's call (who is signed in, for
+    the navigation and the way back) and the session cookie the request came with."""
+
+    def __init__(self, error: InboxdError, *, call: Call, cookie: str) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.call = call
+        self.cookie = cookie
+
+
 def page(
     access: Access = "user", *, csrf_session: bool = True, operation: bool = False, creates_mailbox: bool = False
 ) -> Callable[[Handler], Endpoint]:
@@ -164,8 +178,6 @@ def page(
 
     def wrap(handler: Handler) -> Endpoint:
         async def run(request: Request) -> Response:
-            from inboxd.web.errors import error_page
-
             services = services_of(request)
             settings = services.settings
             value = cookies.read(request, settings)
@@ -186,9 +198,8 @@ def page(
                     creates_mailbox=creates_mailbox,
                 )
             except InboxdError as exc:
-                response = error_page(request, call, exc)
-            _maintain_cookie(response, call, value=value, services=services)
-            return with_security_headers(response)
+                raise PageFailed(exc, call=call, cookie=value) from exc
+            return finish(response, call, cookie=value)
 
         run.__name__ = handler.__name__
         run.__doc__ = handler.__doc__
@@ -232,6 +243,12 @@ async def _guarded(
         return await handler(request, call)
 
     return await admitted(services, call.principal, work, creates_mailbox=creates_mailbox)
+
+
+def finish(response: Response, call: Call, *, cookie: str) -> Response:
+    """Every page's answer, an error page's too: the session cookie kept up, the security headers."""
+    _maintain_cookie(response, call, value=cookie, services=call.services)
+    return with_security_headers(response)
 
 
 def _maintain_cookie(response: Response, call: Call, *, value: str, services: Services) -> None:
