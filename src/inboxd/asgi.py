@@ -35,7 +35,8 @@ def build_asgi(services: Services, *, metrics: Metrics | None = None) -> ASGIApp
     app.router.redirect_slashes = False
     app.state.services = services
     web.attach(app, services)
-    app.state.openapi = docs.openapi_bytes(routes, base_url=services.settings.base_url)
+    settings = services.settings
+    app.state.openapi = docs.openapi_bytes(routes, base_url=settings.base_url, metrics_open=not settings.metrics_token)
     app.state.metrics = metrics
     tally = HttpTally(metrics)
     proxies = services.settings.trusted_proxies

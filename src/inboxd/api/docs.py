@@ -26,8 +26,10 @@ def _version() -> str:
         return "0"
 
 
-def openapi_bytes(routes: list[BaseRoute], *, base_url: str) -> bytes:
-    return msgspec.json.encode(build_document(routes, base_url=base_url, version=_version()))
+def openapi_bytes(routes: list[BaseRoute], *, base_url: str, metrics_open: bool = False) -> bytes:
+    """This server's document; `metrics_open` when `/metrics` needs no token (no lock shown on it)."""
+    document = build_document(routes, base_url=base_url, version=_version(), metrics_open=metrics_open)
+    return msgspec.json.encode(document)
 
 
 @describe(

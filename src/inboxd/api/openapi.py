@@ -165,9 +165,11 @@ def _headers(names: dict[str, str]) -> dict[str, Any]:
 
 
 class _Builder:
-    def __init__(self) -> None:
+    def __init__(self, *, metrics_open: bool = False) -> None:
         self.types: list[Any] = [schemas.ErrorBody]
         self.tags: list[str] = []
+        # No `INBOXD_METRICS_TOKEN`: `/metrics` asks for nothing, and the document says so (no lock).
+        self.metrics_open = metrics_open
 
     def ref(self, kind: Any) -> dict[str, Any]:
         """A placeholder for `kind`'s schema, filled in once every type is known."""
@@ -177,6 +179,8 @@ class _Builder:
 
     def operation(self, method: str, route: Route, op: Operation) -> dict[str, Any]:
         access = access_of(route, op)
+        if access == "metrics" and self.metrics_open:
+            access = "none"
         if access in ("token", "mailbox_token", "pro") and method.upper() in WRITES:
             op = replace(op, errors=(*op.errors, 507))
         if op.tag not in self.tags:
@@ -353,9 +357,13 @@ routes marked `x-inboxd-extension` are inboxd's additions to the service contrac
 """
 
 
-def build_document(routes: Sequence[BaseRoute], *, base_url: str, version: str) -> dict[str, Any]:
-    """The OpenAPI 3.1 document for `routes` (built once at start)."""
-    builder = _Builder()
+def build_document(
+    routes: Sequence[BaseRoute], *, base_url: str, version: str, metrics_open: bool = False
+) -> dict[str, Any]:
+    """The OpenAPI 3.1 document for `routes` (built once at start). `metrics_open`: this server's
+    `/metrics` needs no token, so it is documented without one; without it (the reference in
+    docs/api.md) the token is optional, "none or metricsToken"."""
+    builder = _Builder(metrics_open=metrics_open)
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
         if not isinstance(route, Route) or (op := operation_of(route)) is None:
