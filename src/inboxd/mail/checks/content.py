@@ -279,34 +279,45 @@ def _has_text(node: LexborNode) -> bool:
 def _colour_without_background(tree: LexborHTMLParser) -> list[Finding]:
     """Text given a colour with nothing behind it but the client's own background: in dark mode a
     client that darkens the background and keeps the colour (or lightens it and keeps a light one)
-    leaves it unreadable. One walk of the tree, each element's background inherited by its children."""
+    leaves it unreadable. Only styled elements are read (selected by the parser, in C); whether an
+    ancestor has a background is found once per element walked, so the cost stays linear."""
     sheets = "\n".join(node.text(deep=True) for node in tree.css("style"))[:_MAX_SHEET]
     if _SHEET_BACKGROUND.search(sheets):
         return []
-    found: list[tuple[str, str]] = []
-    looked = 0
-    stack = [(tree.root, False)] if tree.root is not None else []
-    while stack and len(found) < _MAX_FINDINGS_PER_CODE:
-        node, behind = stack.pop()
-        tag = node.tag or ""
-        if tag.startswith("-"):
-            continue  # text, comments
+    backgrounds: set[int] = set()
+    candidates: list[tuple[LexborNode, str]] = []
+    styled = '[style*="color" i], [style*="background" i], [bgcolor], [background], font[color]'
+    for node in tree.css(styled):
         attributes = node.attributes
         style = _declarations(attributes.get("style") or "")
         background = style.get("background-color") or style.get("background") or style.get("background-image")
-        here = behind or bool(attributes.get("bgcolor") or attributes.get("background"))
-        here = here or (background is not None and background not in _NO_BACKGROUND)
-        colour = style.get("color") or (attributes.get("color") if tag == "font" else None)
-        if colour and not here and colour not in _NO_BACKGROUND and looked < _MAX_COLOUR_CANDIDATES:
-            looked += 1
-            if _has_text(node):
-                found.append((tag, colour[:40]))
-        children = []
-        child = node.child
-        while child is not None:
-            children.append(child)
-            child = child.next
-        stack.extend((c, here) for c in reversed(children))
+        if attributes.get("bgcolor") or attributes.get("background") or (background or "none") not in _NO_BACKGROUND:
+            backgrounds.add(node.mem_id)
+            continue  # a colour on its own background is the author's pair, kept or changed together
+        colour = style.get("color") or (attributes.get("color") if node.tag == "font" else None)
+        if colour and colour not in _NO_BACKGROUND and len(candidates) < _MAX_COLOUR_CANDIDATES:
+            candidates.append((node, colour[:40]))
+    covered: dict[int, bool] = {}  # element → whether it or an ancestor has a background
+
+    def behind(node: LexborNode) -> bool:
+        walked: list[int] = []
+        current: LexborNode | None = node
+        result = False
+        while current is not None:
+            key = current.mem_id
+            if key in covered:
+                result = covered[key]
+                break
+            walked.append(key)
+            if key in backgrounds:
+                result = True
+                break
+            current = current.parent
+        for key in walked:
+            covered[key] = result
+        return result
+
+    found = [(node.tag or "", colour) for node, colour in candidates if not behind(node) and _has_text(node)]
     return [
         Finding(
             severity="info",
@@ -316,7 +327,7 @@ def _colour_without_background(tree: LexborHTMLParser) -> list[Finding]:
             "around it, a background colour (bgcolor on a table cell works everywhere).",
             where=f"<{tag}> color: {colour}",
         )
-        for tag, colour in found
+        for tag, colour in found[:_MAX_FINDINGS_PER_CODE]
     ]
 
 
