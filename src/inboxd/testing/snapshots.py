@@ -4,8 +4,10 @@
 attachments, the text body and the sanitized HTML pretty-printed, volatile parts masked) and
 compares it with `__email_snapshots__/<test module>/<test>.txt` next to the test;
 `assert_match(msg, image=True, width=375)` also compares the server's rendering of the HTML
-(`render.png`) with a stored PNG, within a pixel tolerance. A missing snapshot is written and the
-test fails saying so; `--inboxd-update-snapshots` rewrites snapshots that differ. A mismatch fails
+(`render.png`) with a stored PNG, within a pixel tolerance (a pixel differs when one of its
+channels does). A missing snapshot is written and the test fails saying so, except under CI
+(`CI=true`), where it fails without being written; `--inboxd-update-snapshots` writes snapshots
+that differ or are missing. File names are unique per test id (`file_stem`). A mismatch fails
 with a unified diff of the text, and writes `<name>.actual.png` and `<name>.diff.png` beside a
 stored image that differs.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import io
+import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +67,8 @@ _MSG_ID = re.compile(r"<[^<>\s@]+@[^<>\s]+>")
 _BOUNDARY = re.compile(r"""boundary=(?:"([^"]+)"|([^\s;"]+))""", re.IGNORECASE)
 _URL = re.compile(r"""(?:https?:)?//[^\s"'<>()]+""", re.IGNORECASE)
 _QUERY_VALUE = re.compile(r"""(\?|&amp;|&)([^=&#\s]+)=([^&#\s]+)""")
+# What stays in a snapshot's file name as it is; `[`, `]` and `=` keep parametrized ids readable.
+_UNSAFE = re.compile(r"[^\w.,=+@\[\]-]")
 _DATA_URL = re.compile(r"""data:([\w.+-]+/[\w.+-]+)?(;[^,"'\s]*)?,[^"'\s)]+""", re.IGNORECASE)
 
 
@@ -203,27 +208,41 @@ def normalize(detail: _Detail, *, headers: Sequence[str] = DEFAULT_HEADERS, mask
 
 
 def image_difference(expected: Image, actual: Image) -> tuple[float, Image]:
-    """The share of pixels that differ beyond `CHANNEL_THRESHOLD`, and an image showing them in
-    red over a faded copy of the expected one. Images of different sizes differ everywhere."""
+    """The share of pixels where some channel differs beyond `CHANNEL_THRESHOLD`, and an image
+    showing them in red over a faded copy of the expected one. Images of different sizes differ
+    everywhere."""
     from PIL import Image as PILImage
     from PIL import ImageChops
 
-    expected_rgb, actual_rgb = expected.convert("RGB"), actual.convert("RGB")
+    # Compared channel by channel (alpha too when either image has it): a greyscale difference
+    # weighs blue at 0.114, so a blue channel moved by 140 counted as no change at all.
+    mode = "RGBA" if "A" in expected.getbands() or "A" in actual.getbands() else "RGB"
+    expected_full, actual_full = expected.convert(mode), actual.convert(mode)
+    expected_rgb, actual_rgb = expected_full.convert("RGB"), actual_full.convert("RGB")
     if expected_rgb.size != actual_rgb.size:
         width = max(expected_rgb.size[0], actual_rgb.size[0])
         height = max(expected_rgb.size[1], actual_rgb.size[1])
         canvas = PILImage.new("RGB", (width, height), (255, 0, 0))
         canvas.paste(actual_rgb, (0, 0))
         return 1.0, canvas
-    changed = (
-        ImageChops.difference(expected_rgb, actual_rgb)
-        .convert("L")
-        .point(lambda v: 255 if v > CHANNEL_THRESHOLD else 0)
-    )
+    bands = ImageChops.difference(expected_full, actual_full).split()
+    widest = bands[0]
+    for band in bands[1:]:
+        widest = ImageChops.lighter(widest, band)
+    changed = widest.point(lambda v: 255 if v > CHANNEL_THRESHOLD else 0)
     share = changed.histogram()[255] / (expected_rgb.size[0] * expected_rgb.size[1])
     faded = PILImage.blend(expected_rgb, PILImage.new("RGB", expected_rgb.size, (255, 255, 255)), 0.7)
     faded.paste(PILImage.new("RGB", expected_rgb.size, (255, 0, 0)), mask=changed)
     return share, faded
+
+
+def file_stem(test_name: str) -> str:
+    """A file name for a test id, one per id: characters a file name cannot carry everywhere become
+    `_`, and then a short digest of the id is added, so `test_x[a/b]` and `test_x[a_b]` differ."""
+    stem = _UNSAFE.sub("_", test_name)
+    if stem == test_name:
+        return stem
+    return f"{stem}-{hashlib.sha256(test_name.encode()).hexdigest()[:8]}"
 
 
 class SnapshotMismatch(AssertionError):
@@ -234,11 +253,18 @@ class EmailSnapshot:
     """The `email_snapshot` fixture of one test."""
 
     def __init__(
-        self, *, directory: Path, test_name: str, update: bool, client: Callable[[], Client] | None = None
+        self,
+        *,
+        directory: Path,
+        test_name: str,
+        update: bool,
+        ci: bool = False,
+        client: Callable[[], Client] | None = None,
     ) -> None:
         self.directory = directory
-        self._test_name = re.sub(r"[^\w.-]+", "_", test_name).strip("_")
+        self._test_name = file_stem(test_name)
         self._update = update
+        self._ci = ci
         self._client = client
         self._masks: list[Mask] = []
         self._count = 0
@@ -278,10 +304,7 @@ class EmailSnapshot:
     def _check_text(self, stem: str, text: str) -> str | None:
         path = self._path(stem, ".txt")
         if not path.exists():
-            self._write(path, text.encode())
-            return (
-                None if self._update else f"e-mail snapshot {path} did not exist: written now; check it and run again."
-            )
+            return self._missing(path, text.encode(), "e-mail snapshot")
         stored = path.read_text(encoding="utf-8")
         if stored == text:
             return None
@@ -301,10 +324,7 @@ class EmailSnapshot:
         path = self._path(stem, ".png")
         actual_path, diff_path = self._path(stem, ".actual.png"), self._path(stem, ".diff.png")
         if not path.exists():
-            self._write(path, png)
-            if self._update:
-                return None
-            return f"e-mail snapshot image {path} did not exist: written now; check it and run again."
+            return self._missing(path, png, "e-mail snapshot image")
         share, picture = image_difference(PILImage.open(path), PILImage.open(io.BytesIO(png)))
         if share <= tolerance or self._update:
             if share > tolerance:
@@ -320,6 +340,20 @@ class EmailSnapshot:
             f"e-mail snapshot image {path} differs in {share:.2%} of its pixels (tolerance {tolerance:.2%}): "
             f"see {actual_path.name} and {diff_path.name} beside it (--inboxd-update-snapshots accepts the change)."
         )
+
+    def _missing(self, path: Path, data: bytes, what: str) -> str | None:
+        """Written when updating, or outside CI (failing once, to be looked at); under CI a
+        missing snapshot fails and is not written, so a re-run cannot pass with it unreviewed."""
+        if self._update:
+            self._write(path, data)
+            return None
+        if self._ci:
+            return (
+                f"{what} {path} does not exist and CI is set: not written. Run the test where it can be "
+                "reviewed (or with --inboxd-update-snapshots) and commit the snapshot."
+            )
+        self._write(path, data)
+        return f"{what} {path} did not exist: written now; check it and run again."
 
     def _render(self, message: _Detail, *, width: int, full: bool) -> bytes:
         if self._client is None:
@@ -344,6 +378,12 @@ def add_options(group: pytest.OptionGroup) -> None:
     )
 
 
+def _ci() -> bool:
+    """Whether this run is CI's: `CI` set to a true value, as GitHub Actions, GitLab CI and most
+    others set it."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 @pytest.fixture
 def email_snapshot(request: pytest.FixtureRequest) -> EmailSnapshot:
     """Compare a message with its stored snapshot: `email_snapshot.assert_match(msg, image=False)`.
@@ -359,5 +399,6 @@ def email_snapshot(request: pytest.FixtureRequest) -> EmailSnapshot:
         directory=test_file.parent / SNAPSHOT_DIR / test_file.stem,
         test_name=request.node.name,
         update=bool(request.config.getoption("--inboxd-update-snapshots")),
+        ci=_ci(),
         client=client,
     )
