@@ -180,3 +180,36 @@ def test_word_codes_labelled_and_set_apart(subject: str, text: str, html: str, c
 )
 def test_word_shapes_that_are_not_codes(text: str) -> None:
     assert find_codes("Verify your account", text, "") == []
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        "<table><tr><td>Your verification code</td></tr><tr><td><b>205 831</b></td></tr></table>",
+        "<table><tr><td>Your verification code</td></tr><tr><td><b>205</b> <b>831</b></td></tr></table>",
+        "<table><tr><td>Your verification code</td></tr><tr><td><b>205</b><b>831</b></td></tr></table>",
+        "<p>Your verification code:</p><table><tr><td style='font-size:28px'><b>205</b>&nbsp;<b>831</b></td></tr>"
+        "</table>",
+        "<p>Your verification code</p><div><b>205</b>\n<b>831</b></div>",  # a source line break is a space
+        "<p>Your verification code</p><p><b>2 0 5 8 3 1</b></p>",
+        "<p>Your sign-in code</p><p><b>20 58 31</b></p>",
+    ],
+)
+def test_a_code_split_inside_one_cell_or_line_is_found(html: str) -> None:
+    """Issue 34 item 7: "205 831" in a bold table cell, split by a space or by inline elements."""
+    assert find_codes("Sign in", "", html) == ["205831"]
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        "<table><tr><td>Order number</td></tr><tr><td><b>205 831</b></td></tr></table>",
+        "<table><tr><td>Receipt</td><td>Total</td></tr><tr><td><b>1 2 3 4</b></td><td>12 99</td></tr></table>",
+        "<p>Call us</p><p><b>555 123 4567</b></p><p>Opening hours</p><p><b>09 00 17 00</b></p>",
+        "<p>Your appointment is confirmed</p><p><b>12 05 2024</b></p><p><b>10 30</b></p>",
+        "<p>Your order has shipped</p><table><tr><td><b>Tracking</b></td><td><b>482 913</b></td></tr></table>",
+        "<p>Welcome aboard</p><p><b>2 0 5 8 3 1</b></p>",  # spelled out, but nothing says it is a code
+    ],
+)
+def test_receipts_and_notices_get_no_split_codes(html: str) -> None:
+    assert find_codes("Your receipt", "", html) == []

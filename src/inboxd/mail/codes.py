@@ -401,6 +401,10 @@ def _candidates_in(lines: list[str], ctx: _Context, found: _Found) -> None:
             taken.append((start, end))
             score = _score(facts, start, end, match.group(0), ctx, digits=True)
             _keep(found, code, score, digits=True)
+        spelled = _spelled_out(facts, ctx)
+        if spelled is not None:
+            _keep(found, spelled, _GROUPED_SCORE, digits=True)
+            continue
         next_taken = 0  # tokens come in order too, so the spans they may fall in are passed once
         for match in _TOKEN.finditer(line):
             if found.full:
@@ -421,6 +425,23 @@ def _candidates_in(lines: list[str], ctx: _Context, found: _Found) -> None:
                 continue
             score = _score(facts, start, end, match.group(0), ctx, digits=digits)
             _keep(found, code, score, digits=digits)
+
+
+# A code spelled out in groups of one or two digits ("2 0 5 8 3 1", "20 58 31"), as a whole line.
+_SPELLED = re.compile(r"\d{1,2}(?: \d{1,2}){2,7}")
+
+
+def _spelled_out(facts: _Line, ctx: _Context) -> str | None:
+    """The code a line spells out in single-spaced groups of equal length, when that is all the line
+    (or an emphasised element) holds and a code word labels it; None otherwise."""
+    raw = facts.stripped
+    if len(raw) > 24 or not _SPELLED.fullmatch(raw):
+        return None
+    groups = raw.split(" ")
+    code = "".join(groups)
+    if len({len(group) for group in groups}) != 1 or not 4 <= len(code) <= 8:
+        return None
+    return code if _labelled_apart(facts, facts.text.find(raw), raw, ctx) else None
 
 
 def _keep(found: _Found, code: str, score: int | None, *, digits: bool) -> None:
@@ -444,6 +465,16 @@ def _accepted(c: _Candidate, message_score: int) -> bool:
     return c.local >= 4 and c.local + message_score >= 6
 
 
+def _without_blank_runs(lines: list[str]) -> list[str]:
+    """The lines of rendered HTML with each run of blank lines made one: block elements each break a
+    line, so a table cell's code would otherwise sit many blank lines below its label's cell."""
+    out: list[str] = []
+    for line in lines:
+        if line.strip() or (out and out[-1].strip()):
+            out.append(line)
+    return out
+
+
 def find_codes(subject: str, text_body: str, html_body: str) -> list[str]:
     """The one-time codes in a message, the most likely first; [] when it has none."""
     # Codes sit near the top of a message; the caps bound the work a huge body asks for.
@@ -461,7 +492,7 @@ def find_codes(subject: str, text_body: str, html_body: str) -> list[str]:
     _candidates_in([subject], ctx, found)
     _candidates_in(text_body.splitlines(), ctx, found)
     if html_text:
-        _candidates_in(html_text.splitlines(), ctx, found)
+        _candidates_in(_without_blank_runs(html_text.splitlines()), ctx, found)
     message_score = int(ctx.subject_has_word) + int(ctx.body_has_word)
     ranked = sorted((c for c in found.codes.values() if _accepted(c, message_score)), key=lambda c: (-c.local, c.order))
     return [c.code for c in ranked]

@@ -52,6 +52,7 @@ def text_urls(text: str) -> list[str]:
 
 
 _SKIPPED_TAGS = frozenset(("script", "style", "title", "head"))
+_PREFORMATTED = frozenset(("pre", "textarea", "listing", "plaintext", "xmp"))
 _EMPHASIS_TAGS = frozenset(("b", "strong", "h1", "h2", "h3", "h4", "code", "kbd", "tt", "big", "samp", "mark"))
 _VOID_TAGS = frozenset(
     ["area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"]
@@ -93,6 +94,7 @@ class _Renderer(HTMLParser):
         # so that a stray end tag costs no search.
         self._stack: list[tuple[str, bool, int]] = []
         self._count: dict[str, int] = {}
+        self._preformatted = 0  # open <pre>, <textarea> and <listing> elements
         # Characters in parts[:i] for each i, so an element's text length is known without joining.
         self._offsets: list[int] = [0]
         self._anchor: tuple[str, int] | None = None
@@ -125,6 +127,8 @@ class _Renderer(HTMLParser):
         )
         self._stack.append((tag, emphasis, len(self.parts)))
         self._count[tag] = self._count.get(tag, 0) + 1
+        if tag in _PREFORMATTED:
+            self._preformatted += 1
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if self._skipping is None and tag in BLOCK_TAGS:
@@ -142,6 +146,8 @@ class _Renderer(HTMLParser):
             while self._stack:
                 name, emphasis, start = self._stack.pop()
                 self._count[name] -= 1
+                if name in _PREFORMATTED:
+                    self._preformatted -= 1
                 # Only a short element can be an emphasised code: a long one is not joined (nested
                 # emphasis would otherwise join the same text again for each level).
                 if emphasis and self._offsets[-1] - self._offsets[start] <= _MAX_EMPHASIS_SOURCE:
@@ -155,7 +161,9 @@ class _Renderer(HTMLParser):
 
     def handle_data(self, data: str) -> None:
         if self._skipping is None:
-            self._append(data)
+            # A line break in the source is a space on the page (a code split over two source lines
+            # is one), except in preformatted text.
+            self._append(data if self._preformatted else data.replace("\r", " ").replace("\n", " "))
 
     def _append(self, text: str) -> None:
         self.parts.append(text)
