@@ -19,6 +19,7 @@ a client on for it to be judged at all (below it a figure rests on one or two fe
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -176,6 +177,12 @@ _COMPILED: tuple[tuple[str, re.Pattern[str] | None], ...] = tuple(
 )
 
 
+@functools.cache
+def _known(note: str) -> tuple[int, ...]:
+    """The entries of PARTIAL_NOTES that read ``note`` (caniemail's notes are few and fixed: kept)."""
+    return tuple(i for i, (fragment, _) in enumerate(_COMPILED) if fragment in note)
+
+
 class NoteConditions:
     """For one message's CSS: whether a partial result's notes name anything the message uses.
     Each condition is searched at most once per message."""
@@ -204,7 +211,7 @@ class NoteConditions:
         if not notes:
             return True
         for note in notes:
-            known = [i for i, (fragment, _) in enumerate(_COMPILED) if fragment in note]
+            known = _known(note)
             if not known or any(self._holds(i) for i in known):
                 return True
         return False
