@@ -69,7 +69,8 @@ def verdict_of(findings: Iterable[Finding]) -> Verdict:
 
 class ClientSupport(msgspec.Struct, frozen=True, kw_only=True):
     """How well one email client on one platform renders the message: the mean of its support of
-    each feature the message uses (supported 1, partial 0.5, unsupported 0), in percent."""
+    each counted feature of the message it was tested on (supported 1, partial 0.5, unsupported 0),
+    in percent. Only judged clients are listed (docs/checks.md, "Which clients")."""
 
     client: str  # caniemail's family slug: "outlook", "gmail", "apple-mail"...
     platform: str  # caniemail's platform slug: "windows", "ios", "desktop-webmail"...
@@ -91,8 +92,9 @@ class ClientResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class HtmlFeature(msgspec.Struct, frozen=True, kw_only=True):
-    """A caniemail feature the message uses. ``results`` lists the clients that do not fully support
-    it (every client caniemail tested and that is not listed supports it)."""
+    """A counted caniemail feature the message uses. ``results`` lists the judged clients that do not
+    fully support it as the message uses it (every judged client caniemail tested and that is not
+    listed supports it; a partial result whose notes the message does not meet is not listed)."""
 
     slug: str  # caniemail's slug: "css-display-flex", "html-video"...
     title: str
@@ -100,13 +102,13 @@ class HtmlFeature(msgspec.Struct, frozen=True, kw_only=True):
     category: str  # "html", "css", "image", "others"
     count: int  # occurrences in the message
     where: list[str]  # up to three places it was seen: "<video>", "display: flex", "@media"
-    support: float  # percent of the tested clients, partial counting half
+    support: float  # percent of the judged clients caniemail tested on it, partial counting half
     results: list[ClientResult]
 
 
 class HtmlPart(msgspec.Struct, frozen=True, kw_only=True):
     verdict: Verdict
-    support: float | None = None  # mean of the clients' support, each client equal; None when skipped
+    support: float | None = None  # mean of the judged clients' support, each equal; None when skipped
     clients: list[ClientSupport] = msgspec.field(default_factory=list)  # worst first
     features: list[HtmlFeature] = msgspec.field(default_factory=list)  # least supported first
     findings: list[Finding] = msgspec.field(default_factory=list)
