@@ -41,6 +41,9 @@ async def server(small_disk: Path) -> AsyncIterator[Inboxd]:
         smtp_port=0,
         submission_port=0,
         min_free_bytes=MIN_FREE,
+        # The guard keeps twice the largest message (and 4 MB of SQLite's WAL) above its threshold:
+        # the default 25 MiB would not fit this 16 MiB disk.
+        max_message_size=1024 * 1024,
         pro_rps=1000.0,
         pro_create_interval=0.0,
         sweep_interval=3600.0,
