@@ -275,3 +275,18 @@ def test_code_finder_is_linear_in_subject_and_bodies() -> None:
     assert growth(lambda t: find_codes("", t, ""), lambda n: "code 123 " * (n // 9), 100_000) < 3
     assert growth(lambda t: find_codes("", t, ""), lambda n: "x" * n + "\n" + "123456 " * (n // 7), 50_000) < 3
     assert growth(lambda h: find_codes("", "", h), lambda n: "<td>123 456</td>" * (n // 16), 100_000) < 3
+
+
+# --- other spots ------------------------------------------------------------------------------------------
+
+
+def test_hidden_styles_are_still_recognised() -> None:
+    for style in ("opacity:0", "opacity: 0.0 !important", "opacity:.0;", "font-size:0px", "font-size:00"):
+        assert visible_text(f'<p style="{style}">hidden</p><p>shown</p>') == "shown"
+    assert visible_text('<p style="opacity:0.5">half</p>') == "half"
+
+
+@pytest.mark.alone  # a bound on time
+def test_a_run_of_zeros_in_a_style_costs_linear_time() -> None:
+    """visible_text's opacity pattern tried every split of a run of zeros (10,000 took 3 s)."""
+    assert growth(visible_text, lambda n: '<p style="opacity:' + "0" * n + 'x y">a</p>', 20_000) < 3
