@@ -7,7 +7,7 @@ TEST_STAMP := $(VENV)/.installed-test
 # The sign-in tests' OpenID Connect provider (npm oidc-provider), installed from the lock file.
 IDP_STAMP := tests/idp/node_modules/.package-lock.json
 
-.PHONY: lock run test lint typecheck pytest bench services clean client statements
+.PHONY: install lock run test lint typecheck pytest bench services clean client statements
 
 # uv installs every Python package from uv.lock (hashes included); it comes itself from a hashed
 # pin, so nothing on a fresh machine is whatever the index serves that day. `uv sync --locked`
@@ -17,6 +17,9 @@ UV := $(UV_HOME)/bin/uv
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 # pip's site configuration on this kind of machine adds local indexes uv does not read.
 export UV_NO_CONFIG := 1
+# Compiled at install, as pip does: a dependency's invalid escapes (pyspf's) warn only then, not
+# at its first import under the suite's warnings-are-errors.
+export UV_COMPILE_BYTECODE := 1
 
 $(UV): requirements-uv.txt
 	$(PY) -m venv $(UV_HOME)
@@ -27,9 +30,16 @@ $(UV): requirements-uv.txt
 BUILD_INPUTS := pyproject.toml uv.lock setup.py src/inboxd/services/_words.c
 
 # `make run` keeps the test extras if they are there (--inexact), so it never undoes `make test`'s.
+# EXTRAS adds optional extras (`make install EXTRAS=render`: Playwright and Pillow for render.png).
+EXTRAS ?=
 $(STAMP): $(BUILD_INPUTS) | $(UV)
 	$(UV) sync --quiet --locked --inexact --python $(PY)
 	touch $@
+
+install: $(STAMP)
+ifneq ($(strip $(EXTRAS)),)
+	$(UV) sync --quiet --locked --inexact --python $(PY) $(foreach extra,$(EXTRAS),--extra $(extra))
+endif
 
 $(TEST_STAMP): $(BUILD_INPUTS) | $(UV)
 	$(UV) sync --quiet --locked --extra test --python $(PY)
@@ -40,7 +50,7 @@ lock: | $(UV)
 	$(UV) lock --upgrade
 	$(MAKE) --no-print-directory test
 
-run: $(STAMP)
+run: install
 	$(BIN)/inboxd serve $(ARGS)
 
 services:

@@ -78,7 +78,8 @@ def test_every_start_prints_a_sign_in_command_that_runs(tmp_path: Path) -> None:
     }
     for start in ("first", "second"):
         lines, command = start_and_read_hint(env, tmp_path)
-        assert command.startswith(f"{sys.executable} -m inboxd "), command
+        # The data directory came from the environment: the command sets it, so it runs in any shell.
+        assert command.startswith(f"INBOXD_DATA_DIR={tmp_path / 'data'} {sys.executable} -m inboxd "), command
         if start == "second":
             assert not any("bootstrap" in line for line in lines)
         done = run("bash", "-c", command, env=env, cwd=tmp_path)
@@ -249,9 +250,44 @@ def test_the_pytest_extra_and_a_clear_message_without_pytest() -> None:
     without_pytest = "import sys; sys.modules['pytest'] = None; import inboxd.testing.plugin"
     done = run(sys.executable, "-c", without_pytest)
     assert done.returncode == 1
+    # inboxd is not on the package index: the command names this checkout, for this environment.
+    root = Path(__file__).resolve().parent.parent
     assert done.stderr.strip().splitlines()[-1] == (
-        "ImportError: inboxd's pytest plugin needs pytest: pip install 'inboxd[pytest]'"
+        f"ImportError: inboxd's pytest plugin needs pytest: make -C {root} install EXTRAS=pytest"
     )
+
+
+def _readme_command(name: str) -> str:
+    """The shell block under `<!-- readme-command: NAME -->` in the README, as printed."""
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    block = text.split(f"<!-- readme-command: {name} -->\n```sh\n", 1)[1].split("\n```", 1)[0]
+    return block
+
+
+@pytest.mark.timeout(900)  # pip resolves and downloads about 130 packages from the index
+def test_the_readme_install_command_runs_as_printed(tmp_path: Path) -> None:
+    """The README's install command, copied out of it, run in a new virtual environment in the
+    checkout's directory: the plugin and the client import, and pytest finds the plugin."""
+    command = _readme_command("install-pytest")
+    assert command == "pip install '.[pytest]'"
+    venv = tmp_path / "project-venv"
+    made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, timeout=300, check=False)
+    assert made.returncode == 0, made.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INBOXD_", "PIP_CONSTRAINT", "VIRTUAL_ENV"))}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
+    # This machine's pip caps some packages by a site constraint file; a user's machine has none.
+    env["PIP_CONFIG_FILE"] = os.devnull
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        ["sh", "-c", command], cwd=root, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    python = str(venv / "bin" / "python")
+    check = run(python, "-c", "import inboxd.testing.plugin, inboxd.client; print('ok')", env=env, cwd=tmp_path)
+    assert check.stdout.strip() == "ok", check.stderr
+    plugins = run(python, "-m", "pytest", "--version", "--version", env=env, cwd=tmp_path)
+    said = plugins.stdout + plugins.stderr
+    assert "registered third-party plugins:" in said and "inboxd-0.1.0" in said, said
 
 
 def test_the_cli_outside_the_project_says_where_it_looked_and_creates_nothing(tmp_path: Path) -> None:

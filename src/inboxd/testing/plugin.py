@@ -9,7 +9,9 @@ from collections.abc import Iterator
 try:
     import pytest
 except ImportError as exc:  # the entry point is only loaded by pytest, but an import by hand is not
-    raise ImportError("inboxd's pytest plugin needs pytest: pip install 'inboxd[pytest]'") from exc
+    from inboxd.extras import install_command
+
+    raise ImportError(f"inboxd's pytest plugin needs pytest: {install_command('pytest')}") from exc
 
 from inboxd.client import ApiError
 from inboxd.testing.mailbox import TestMailbox, TestSandbox
