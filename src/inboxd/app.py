@@ -33,6 +33,7 @@ from inboxd.http.protocol import HttpProtocol
 from inboxd.keyring import Keyring
 from inboxd.listeners import ListenError, bind, serve_on
 from inboxd.metrics import Metrics
+from inboxd.services.analysis import Analysis
 from inboxd.services.checks.reports import CheckService
 from inboxd.services.credentials import MailboxTokens
 from inboxd.services.domains import DomainService
@@ -284,7 +285,10 @@ class Inboxd:
         settings, clock = self.settings, self.clock
         mailbox_tokens = MailboxTokens(self.keyring.token_keys, ttl=settings.mailbox_token_ttl)
         mailboxes = MailboxService(db, settings=settings, tokens=mailbox_tokens, clock=clock, bus=bus)
-        messages = MessageService(db, clock=clock, scan_rows=settings.filter_scan_rows)
+        # Mail analysis on threads of its own (services/analysis.py), shared by messages and checks.
+        analysis = Analysis(threads=settings.analysis_threads, budget=settings.analysis_budget)
+        self._stack.callback(analysis.close)
+        messages = MessageService(db, clock=clock, scan_rows=settings.filter_scan_rows, analysis=analysis)
         # Remote content of renders, when INBOXD_RENDER_REMOTE allows it: the webhooks' address guard.
         self._render_fetch = GuardedFetch(allow_private=settings.webhook_allow_private, timeout=settings.render_timeout)
         counters = self._redis_counters() if settings.redis_url else MemoryCounters()
@@ -316,7 +320,7 @@ class Inboxd:
             sandboxes=SandboxService(db, settings=settings, messages=messages, tokens=mailbox_tokens, clock=clock),
             waits=WaitService(messages, bus, admission=admission, settings=settings),
             exports=ExportService(db, clock=clock),
-            checks=CheckService(db, settings=settings, messages=messages, clock=clock),
+            checks=CheckService(db, settings=settings, messages=messages, clock=clock, analysis=analysis),
             releases=ReleaseService(
                 db, settings=settings, clock=clock, messages=messages, admission=admission, relay=SmtpRelay(settings)
             ),

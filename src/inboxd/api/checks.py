@@ -1,7 +1,8 @@
 """`/api/accounts/{mailbox}/messages/{id}/checks`: a message's check report (issue 24), whole or one
 part; `/api/user/sandbox/messages/{id}/checks` the same for a message the SMTP sandbox caught (an
 API token reaches the sandbox only under `/api/user/sandbox`). Computed at the first request and
-kept (services/checks/reports.py); `?refresh=links` fetches the links again."""
+kept (services/checks/reports.py); `?refresh=links` fetches the links again, `?refresh=spam` asks
+rspamd again."""
 
 from __future__ import annotations
 
@@ -19,14 +20,17 @@ from inboxd.services.checks.reports import Refresh
 _REFRESH = Query(
     "refresh",
     str,
-    "`links`: fetch the message's links again, past the link cache, and keep the new report (the "
-    "other parts stay as kept). Without it a kept report is answered as it is.",
+    "`links`: fetch the message's links again, past the link cache; `spam`: ask rspamd again. The new "
+    "report is kept (the other parts stay as kept). Without it a kept report is answered as it is, "
+    "but for its spam part when it was computed before rspamd was configured: that is computed again.",
 )
 _DESCRIPTION = (
     "Computed at the first request and kept; findings are `{severity, code, message, where}`, a part's "
     "verdict its worst finding, the report's its worst judged part. A part that could not be judged is "
     "`skipped` with a `reason` (spam without INBOXD_RSPAMD_URL, SPF for mail received before the client "
-    "address was recorded). See the README's Checks section for every code."
+    "address was recorded). A part that did not finish within INBOXD_ANALYSIS_BUDGET answers what it "
+    "has with an `analysis_cut` finding, and the report is not kept. See the README's Checks section "
+    "for every code."
 )
 _ERRORS = (400, 404, 410)
 
@@ -37,7 +41,9 @@ def _refresh(request: Request) -> Refresh:
         return None
     if value == "links":
         return "links"
-    raise InvalidRequest("`refresh` must be `links`.")
+    if value == "spam":
+        return "spam"
+    raise InvalidRequest("`refresh` must be `links` or `spam`.")
 
 
 async def _report(request: Request, call: Call) -> CheckReport:

@@ -1,5 +1,9 @@
 """Reading and changing messages: pages, detail (full parse on first open, kept), raw source,
-attachments, read marks and deletion. Expired messages answer 410 until they are purged.
+attachments, the HTML view (made safe on first view, kept), read marks and deletion. Expired
+messages answer 410 until they are purged.
+
+The first detail build and the HTML view's sanitizing run on the analysis executor
+(services/analysis.py), once for concurrent requests of one message, in its owner's share.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import msgspec
 from inboxd.errors import FilterTooBroad, Gone, InvalidRequest, NotFound
 from inboxd.mail import html_view
 from inboxd.mail.codes import find_codes, find_links
+from inboxd.mail.html_view import SafeHtml
 from inboxd.mail.parse import AttachmentPart, attachment_parts, parse_message
 from inboxd.model import (
     NO_FILTER,
@@ -28,6 +33,7 @@ from inboxd.model import (
     MessageSummary,
 )
 from inboxd.services import tags
+from inboxd.services.analysis import Analysis
 from inboxd.services.mailboxes import InMailbox
 from inboxd.services.rawcodec import decompress
 from inboxd.store import message_marks, message_sweeps
@@ -74,6 +80,45 @@ class _PartIndex:
         while self._held > self._max_parts:
             _, dropped = self._entries.popitem(last=False)
             self._held -= len(dropped) + 1
+
+
+# The HTML views kept in memory (`_KeptViews`): a view is made once per message and remote choice;
+# one whose document is longer than a tenth of the bound is made again at each view.
+KEPT_VIEW_CHARS = 32 * 1024 * 1024
+
+
+class _KeptViews:
+    """Made-safe HTML views by (message id, remote allowed), bounded in characters, the least
+    recently used dropped first. A message's source never changes, so a view never goes stale;
+    whether the message is still there is checked on every request first."""
+
+    def __init__(self, max_chars: int) -> None:
+        self._max_chars = max_chars
+        self._held = 0
+        self._entries: OrderedDict[tuple[str, bool], SafeHtml] = OrderedDict()
+
+    def get(self, key: tuple[str, bool]) -> SafeHtml | None:
+        view = self._entries.get(key)
+        if view is not None:
+            self._entries.move_to_end(key)
+        return view
+
+    def put(self, key: tuple[str, bool], view: SafeHtml) -> None:
+        size = len(view.document)
+        if key in self._entries or size * 10 > self._max_chars:
+            return
+        self._entries[key] = view
+        self._held += size
+        while self._held > self._max_chars:
+            _, dropped = self._entries.popitem(last=False)
+            self._held -= len(dropped.document)
+
+    def forget(self, message_ids: Sequence[str]) -> None:
+        for message_id in message_ids:
+            for remote in (False, True):
+                dropped = self._entries.pop((message_id, remote), None)
+                if dropped is not None:
+                    self._held -= len(dropped.document)
 
 
 # What the encoded JSON kept in memory may hold (`KeptJson`): a list item is about 400 bytes, a
@@ -180,9 +225,12 @@ def _live(summary: MessageSummary | None, now: float) -> MessageSummary:
 
 
 class MessageService:
-    def __init__(self, db: Database, *, clock: Callable[[], float], scan_rows: int = 0) -> None:
+    def __init__(self, db: Database, *, clock: Callable[[], float], analysis: Analysis, scan_rows: int = 0) -> None:
         self._db = db
         self._clock = clock
+        # The executor of mail analysis, shared with the checks (app.py builds it).
+        self.analysis = analysis
+        self._views = _KeptViews(KEPT_VIEW_CHARS)
         # What a row-reading filter may read of a mailbox (`INBOXD_FILTER_SCAN_ROWS`; 0: no bound).
         self._scan_rows = scan_rows
         self._parts = _PartIndex(PART_INDEX_PARTS)
@@ -301,9 +349,7 @@ class MessageService:
         mailbox, summary = opened.mailbox, opened.summary
         stored = None if opened.kept is None else _decode_detail(opened.kept)
         if stored is None or stored.v < DETAIL_VERSION:
-            stored = await asyncio.to_thread(_build_detail, await self._raw(summary))
-            if len(stored.text_body) + len(stored.html_body) <= KEEP_DETAIL_BYTES // 6:
-                await self._db.write(partial(store.save_detail, message_id=summary.id, detail=_encode(stored)))
+            stored = await self.analysis.shared((summary.id, "detail"), partial(self._first_build, mailbox, summary))
         return MessageDetail(
             summary=summary,
             address=mailbox.address,
@@ -319,6 +365,16 @@ class MessageService:
             codes=tuple(stored.codes),
             links=tuple(Link(url=url, text=text) for url, text in stored.links),
         )
+
+    async def _first_build(self, mailbox: Mailbox, summary: MessageSummary) -> _StoredDetail:
+        """The parse of a message opened for the first time (or kept by an older version), kept
+        unless too large; once for concurrent openings, and to its end if they go away."""
+        stored = await self.analysis.execute(
+            user=mailbox.user_id, work=partial(_build_detail, await self._raw(summary))
+        )
+        if len(stored.text_body) + len(stored.html_body) <= KEEP_DETAIL_BYTES // 6:
+            await self._db.write(partial(store.save_detail, message_id=summary.id, detail=_encode(stored)))
+        return stored
 
     async def source(self, mailbox: Mailbox, message_id: str) -> bytes:
         return await self._raw(await self._live(mailbox, message_id))
@@ -350,17 +406,29 @@ class MessageService:
             data = part.data(raw)
         return AttachmentContent(filename=part.filename, content_type=part.content_type, data=data)
 
-    async def html_view(self, mailbox: Mailbox, message_id: str, *, allow_remote: bool) -> html_view.SafeHtml:
-        """The HTML body made inert for the browser, its `cid:` images taken from its own parts."""
+    async def html_view(self, mailbox: Mailbox, message_id: str, *, allow_remote: bool) -> SafeHtml:
+        """The HTML body made inert for the browser, its `cid:` images taken from its own parts:
+        made once per message and remote choice, then kept (`_KeptViews`)."""
         summary = await self._live(mailbox, message_id)
+        kept = self._views.get((summary.id, allow_remote))
+        if kept is not None:
+            return kept
+        part = "html+remote" if allow_remote else "html"
+        return await self.analysis.shared(
+            (summary.id, part), partial(self._build_view, mailbox, summary, allow_remote=allow_remote)
+        )
+
+    async def _build_view(self, mailbox: Mailbox, summary: MessageSummary, *, allow_remote: bool) -> SafeHtml:
         raw = await self._raw(summary)
 
-        def build() -> html_view.SafeHtml:
+        def build() -> SafeHtml:
             parsed = parse_message(raw)
             inline = {a.content_id: (a.content_type, a.data) for a in parsed.attachments if a.content_id}
             return html_view.render(parsed.html_body, inline, allow_remote=allow_remote)
 
-        return await asyncio.to_thread(build)
+        view = await self.analysis.execute(user=mailbox.user_id, work=build)
+        self._views.put((summary.id, allow_remote), view)
+        return view
 
     async def mark_read(self, mailbox: Mailbox, message_id: str) -> None:
         await self._live(mailbox, message_id)
@@ -397,6 +465,7 @@ class MessageService:
             raise NotFound("No such message.")
         self.items.forget([message_id])
         self.details.forget([message_id])
+        self._views.forget([message_id])
 
     async def set_tags(self, mailbox: Mailbox, message_id: str, wanted: Sequence[object]) -> tuple[str, ...]:
         """Replace a live message's tags (services/tags.py says which are valid); returns them."""

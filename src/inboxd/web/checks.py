@@ -75,7 +75,7 @@ def _summaries(report: CheckReport) -> dict[str, str]:
     dkim = ", ".join(d.result for d in auth.dkim) or "none"
     return {
         "html": html.reason
-        if html.verdict == "skipped"
+        if html.verdict == "skipped" or html.support is None
         else f"{html.support:g}% support over {len(html.clients)} clients",
         "links": links.reason
         if links.verdict == "skipped"
@@ -127,8 +127,15 @@ async def _mailbox(call: Call, request: Request) -> Mailbox:
 
 
 async def message_checks(call: Call, mailbox: Mailbox, message_id: str) -> dict[str, Any]:
-    """The tab's context: the kept report, or computed now (the first view computes it, as the API)."""
-    return checks_context(await call.services.checks.report(mailbox, message_id))
+    """The tab's context: the kept report, or computed now (the first view computes it, as the API).
+    The page itself is no operation; a report the service computes for it is one, admitted (the
+    request rate, the monthly quota) and counted as the API's `GET …/checks` is."""
+    services, user = call.services, call.user
+
+    async def admit() -> None:
+        await services.admission.admit(user, creates_mailbox=False)
+
+    return checks_context(await services.checks.report(mailbox, message_id, admit=admit))
 
 
 @page(operation=True)
