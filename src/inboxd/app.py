@@ -29,6 +29,7 @@ from inboxd.config import Settings
 from inboxd.dns import DnsLookup
 from inboxd.errors import NotFound
 from inboxd.events import EventBus, LocalBus
+from inboxd.hints import BOOTSTRAP_ADMIN, YOUR_EMAIL, sign_in_command
 from inboxd.http.protocol import HttpProtocol
 from inboxd.keyring import Keyring
 from inboxd.listeners import ListenError, bind, serve_on
@@ -74,7 +75,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("inboxd")
 BOOTSTRAP_FILE = "bootstrap-token"
-BOOTSTRAP_ADMIN = "admin@localhost"
 
 
 class Inboxd:
@@ -472,7 +472,7 @@ class Inboxd:
         try:
             return (await self.services.users.user_by_email(BOOTSTRAP_ADMIN)).email
         except NotFound:
-            return "YOUR_EMAIL"
+            return YOUR_EMAIL
 
     async def stop(self) -> None:
         """Stop every part that started, in reverse order. Each step runs even when an earlier
@@ -536,7 +536,7 @@ async def serve(
             flush=True,
         )
         print(server.bootstrap_token, flush=True)
-    new_link = f"`{command} users sign-in-link --email {await server.sign_in_email()}`"
+    new_link = f"`{sign_in_command(settings, command=command, email=await server.sign_in_email())}`"
     if server.bootstrap_link:
         minutes = max(1, round(settings.sign_in_link_ttl / 60))
         print(

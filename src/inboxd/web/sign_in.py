@@ -9,7 +9,8 @@ from starlette.routing import Route
 
 from inboxd.auth import cookies
 from inboxd.auth.providers import Providers, configured
-from inboxd.errors import InvalidRequest
+from inboxd.errors import InvalidRequest, NotFound
+from inboxd.hints import BOOTSTRAP_ADMIN, YOUR_EMAIL, sign_in_command
 from inboxd.http.client_address import client_ip
 from inboxd.http.pipeline import Call
 from inboxd.model import User
@@ -34,14 +35,26 @@ async def sign_in_page(request: Request, call: Call) -> Response:
     target = safe_next(request.query_params.get("next"), "/account")
     if call.session is not None and call.session.user is not None:
         return redirect(target)
+    providers = configured(call.services.settings)
     return render(
         request,
         call,
         "sign_in.html",
-        providers=configured(call.services.settings),
+        providers=providers,
         notice=_REASONS.get(request.query_params.get("reason", ""), ""),
         next=target,
+        command="" if providers else await _link_command(call),
     )
+
+
+async def _link_command(call: Call) -> str:
+    """The operator's command for a sign-in link, as the start-up hint prints it (`hints.py`): the
+    bootstrap admin's while it exists, else with YOUR_EMAIL for the reader to fill in."""
+    try:
+        email = (await call.services.users.user_by_email(BOOTSTRAP_ADMIN)).email
+    except NotFound:
+        email = YOUR_EMAIL
+    return sign_in_command(call.services.settings, email=email)
 
 
 @page("public")

@@ -2,18 +2,27 @@
 "use strict";
 
 document.addEventListener("DOMContentLoaded", () => {
-  // Copy buttons: <button data-copy="#id"> copies the value of that input.
+  // A notice after a redirect (?notice=...) is said once: the address loses it, so a reload, a
+  // bookmark or a shared link does not say it again.
+  const here = new URL(window.location.href);
+  if (here.searchParams.has("notice")) {
+    here.searchParams.delete("notice");
+    history.replaceState(history.state, "", here.pathname + here.search + here.hash);
+  }
+  // Copy buttons: <button data-copy="#id"> copies the value of that input, or the text of that element.
   for (const button of document.querySelectorAll("button[data-copy]")) {
     const target = document.querySelector(button.dataset.copy);
     if (!target || !navigator.clipboard) continue;
     button.hidden = false;
     const label = button.textContent;
     button.addEventListener("click", async () => {
+      const isField = "value" in target && typeof target.select === "function";
       try {
-        await navigator.clipboard.writeText(target.value);
+        await navigator.clipboard.writeText(isField ? target.value : target.textContent);
         button.textContent = "Copied";
       } catch {
-        target.select();
+        if (isField) target.select();
+        else window.getSelection().selectAllChildren(target);
         button.textContent = "Press Ctrl+C";
       }
       setTimeout(() => { button.textContent = label; }, 2000);
