@@ -43,6 +43,7 @@ import tinycss2.ast
 
 from inboxd.config import Settings
 from inboxd.errors import InvalidRequest, RenderUnavailable, Unavailable
+from inboxd.extras import install_command
 from inboxd.mail.html_view import content_security_policy, with_color_scheme
 from inboxd.model import Mailbox
 from inboxd.services.messages import MessageService
@@ -85,7 +86,6 @@ _SWITCHES = (
 _SINK_KEPT = 100
 _RECYCLE_AFTER = 200
 _CACHE_BYTES = 64 * 1024 * 1024
-_INSTALL_HINT = "Rendering needs the optional extra: pip install 'inboxd[render]'."
 
 
 # Fetches one remote URL for the page (status, content type, body), or None when refused or failed:
@@ -297,7 +297,9 @@ class Renderer:
         try:
             from playwright.async_api import Error, async_playwright
         except ImportError:
-            raise RenderUnavailable(_INSTALL_HINT) from None
+            raise RenderUnavailable(
+                f"Rendering needs the optional `render` extra: {install_command('render')}."
+            ) from None
         await self._stop_browser()
         await self._sink.start()
         self._playwright = await async_playwright().start()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib.util
 import io
 import os
 import re
@@ -35,7 +36,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
-from inboxd.client import SandboxMessage
+from inboxd.client import ApiError, SandboxMessage
+from inboxd.extras import install_command
 from inboxd.mail.html_view import render as sanitize
 
 if TYPE_CHECKING:
@@ -358,10 +360,21 @@ class EmailSnapshot:
     def _render(self, message: _Detail, *, width: int, full: bool) -> bytes:
         if self._client is None:
             raise RuntimeError("email_snapshot: image=True needs the inboxd server (the `inboxd` fixture)")
+        # Both ends of an image snapshot need the `render` extra: said in one line each, not a traceback.
+        if importlib.util.find_spec("PIL") is None:
+            needs = f"the `render` extra: {install_command('render')}"
+            pytest.fail(f"email_snapshot: image=True compares images with Pillow, {needs}", pytrace=False)
         client = self._client()
-        if isinstance(message, SandboxMessage):
-            return client.render_sandbox(message.id, width=width, full=full)
-        return client.render(message.address, message.id, width=width, full=full)
+        try:
+            if isinstance(message, SandboxMessage):
+                return client.render_sandbox(message.id, width=width, full=full)
+            return client.render(message.address, message.id, width=width, full=full)
+        except ApiError as exc:
+            if exc.code != "render_unavailable":
+                raise
+            pytest.fail(
+                f"email_snapshot: image=True, but the inboxd server cannot render: {exc.message}", pytrace=False
+            )
 
     @staticmethod
     def _write(path: Path, data: bytes) -> None:
