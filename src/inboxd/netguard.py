@@ -35,6 +35,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 if TYPE_CHECKING:
     import dns.asyncresolver
+    import dns.nameserver
 
 # `lookup(host)`: the host's addresses as text; raises ResolutionFailed.
 Lookup = Callable[[str], Awaitable[list[str]]]
@@ -120,12 +121,13 @@ def is_blocked(address: IPAddress) -> bool:
 
 
 class AsyncLookup:
-    """A host's A and AAAA records through dnspython's asynchronous resolver (`nameservers`, the
-    system's when empty): no thread, cancelled with its caller. `localhost` and `*.localhost` are
+    """A host's A and AAAA records through dnspython's asynchronous resolver (`nameservers`, parsed
+    by the caller, e.g. `inboxd.dns.parse_nameserver`; the system's when empty): no thread,
+    cancelled with its caller. `localhost` and `*.localhost` are
     loopback without asking (RFC 6761 §6.3), as the system's resolver answers them from its hosts
     file; other hosts-file names are not known here."""
 
-    def __init__(self, *, nameservers: Sequence[str], timeout: float) -> None:
+    def __init__(self, *, nameservers: Sequence[dns.nameserver.Nameserver], timeout: float) -> None:
         self._nameservers = list(nameservers)
         self._timeout = timeout
         self._resolver: dns.asyncresolver.Resolver | None = None
@@ -135,11 +137,9 @@ class AsyncLookup:
         if self._resolver is None:
             import dns.asyncresolver
 
-            from inboxd.dns import parse_nameserver
-
             resolver = dns.asyncresolver.Resolver(configure=not self._nameservers)
             if self._nameservers:
-                resolver.nameservers = [parse_nameserver(s) for s in self._nameservers]
+                resolver.nameservers = list(self._nameservers)
             resolver.timeout = self._timeout
             resolver.lifetime = self._timeout
             resolver.cache = None

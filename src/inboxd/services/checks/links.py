@@ -37,6 +37,7 @@ import aiohttp
 import yarl
 
 from inboxd.config import Settings
+from inboxd.dns import parse_nameserver
 from inboxd.netguard import AddressRefused, AsyncLookup, PinnedResolver, ResolutionFailed, resolve_checked
 from inboxd.services.checks.gate import UserGate
 
@@ -104,7 +105,8 @@ class LinkChecker:
         self._clock = clock
         self._resolver = PinnedResolver()
         self._lookup = AsyncLookup(
-            nameservers=settings.dns_nameservers, timeout=min(settings.dns_timeout, settings.link_check_timeout)
+            nameservers=[parse_nameserver(s) for s in settings.dns_nameservers],
+            timeout=min(settings.dns_timeout, settings.link_check_timeout),
         )
         self._session: aiohttp.ClientSession | None = None
         self._gate = UserGate(per_user=settings.link_check_user_concurrency, total=settings.link_check_concurrency)
