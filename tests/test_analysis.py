@@ -25,10 +25,8 @@ from inboxd.model import Mailbox, User
 from inboxd.store import mailboxes as mailbox_store
 from tests.conftest import Clock, Harness
 from tests.dns_server import DnsServerPair, FakeDns
-from tests.rspamd_server import Rspamd
 from tests.test_checks_links import Site
 from tests.test_checks_links import site as site
-from tests.test_checks_spam import rspamd as rspamd
 from tests.test_web_sessions import signed_in
 
 ROW = (
@@ -265,8 +263,31 @@ async def test_the_dashboards_checks_tab_is_admitted_and_counted_as_the_api(
             await h.http.aclose()
 
 
+@pytest.fixture
+async def scorer() -> AsyncIterator[str]:
+    """rspamd's `POST /checkv2` at its transport, answering one score (the suite's real rspamd,
+    tests/rspamd_server.py, is what tests/test_checks_spam.py uses; here only its being there matters)."""
+    from aiohttp import web
+
+    async def checkv2(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"score": 1.5, "required_score": 15.0, "action": "no action", "symbols": {}})
+
+    app = web.Application()
+    app.router.add_post("/checkv2", checkv2)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    listener = web.TCPSite(runner, "127.0.0.1", 0)
+    await listener.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
 async def test_a_report_from_before_rspamd_was_configured_is_scored_again(
-    make_settings: Any, clock: Clock, zone: DnsServerPair, rspamd: Rspamd
+    make_settings: Any, clock: Clock, zone: DnsServerPair, scorer: str
 ) -> None:
     async with serving(make_settings, clock, zone) as server:
         _, mailbox, token = await user_with_mailbox(server, "spam")
@@ -275,7 +296,7 @@ async def test_a_report_from_before_rspamd_was_configured_is_scored_again(
         assert before.spam.verdict == "skipped" and not before.spam.configured
     # The same database (make_settings keeps the test's storage), now with rspamd: the kept report's
     # spam part is computed again, by itself.
-    async with serving(make_settings, clock, zone, rspamd_url=rspamd.url) as server:
+    async with serving(make_settings, clock, zone, rspamd_url=scorer) as server:
         checks = server.services.checks
         after = await checks.report(mailbox, message_id)
         assert after.spam.configured and after.spam.score is not None
