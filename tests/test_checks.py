@@ -175,6 +175,27 @@ def test_envelope_sender_stands_for_return_path() -> None:
     assert codes(judge_content(raw, parsed, mail_from="b@sendgrid.example").findings) == ["reply_to_domain_differs"]
 
 
+@pytest.mark.parametrize(
+    ("from_domain", "reply_domain", "differs"),
+    [
+        ("shop.co.uk", "help.shop.co.uk", False),  # one organization under a two-label suffix
+        ("victim.github.io", "attacker.github.io", True),  # github.io is a (private) public suffix
+        ("mail.example.com", "example.com", False),
+        ("example.com", "example.net", True),
+    ],
+)
+def test_reply_to_is_compared_by_organization_through_the_public_suffix_list(
+    from_domain: str, reply_domain: str, differs: bool
+) -> None:
+    from inboxd.mail.checks import judge_content
+
+    raw = (CORPUS / "clean.eml").read_bytes()
+    raw = raw.replace(b"billing@acme.example", f"billing@{from_domain}".encode())
+    raw = raw.replace(b"support@help.acme.example", f"support@{reply_domain}".encode())
+    found = codes(judge_content(raw, parse_message(raw), mail_from=f"bounce@{from_domain}").findings)
+    assert ("reply_to_domain_differs" in found) is differs, found
+
+
 def test_large_message() -> None:
     raw = (CORPUS / "no-list-unsubscribe.eml").read_bytes() + b"x" * (10 * 1024 * 1024)
     assert "message_too_large" in codes(judge_message(raw).content.findings)

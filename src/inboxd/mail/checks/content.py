@@ -22,9 +22,10 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 from inboxd.mail.checks.html import parse_html
 from inboxd.mail.checks.links import header_values, list_unsubscribe_urls
 from inboxd.mail.checks.report import ContentPart, Finding, Severity, verdict_of
+from inboxd.mail.org_domain import organizational_domain
 from inboxd.mail.parse import ParsedMessage
 
-__all__ = ["GMAIL_CLIP_BYTES", "LARGE_MESSAGE_BYTES", "judge_content", "organisational_domain"]
+__all__ = ["GMAIL_CLIP_BYTES", "LARGE_MESSAGE_BYTES", "judge_content"]
 
 GMAIL_CLIP_BYTES = 102 * 1024
 LARGE_MESSAGE_BYTES = 10 * 1024 * 1024
@@ -43,17 +44,6 @@ _MAX_SHEET = 128 * 1024  # characters of <style> read for a background, as the H
 _NO_BACKGROUND = frozenset(("none", "transparent", "inherit", "initial", "unset", "revert"))
 _MAX_COLOUR_CANDIDATES = 200  # coloured elements looked at for text
 _TEXT_LOOKUP_NODES = 64  # nodes of a coloured element's subtree looked at for text before assuming it has some
-# Second-level labels under which a country code top-level domain registers names (example.co.uk):
-# the organisational domain then has three labels. A public suffix list would be exact; this covers
-# the common cases without one.
-_SECOND_LEVEL = frozenset(("co", "com", "net", "org", "gov", "ac", "edu", "ne", "or", "go", "gob", "mil"))
-
-
-def organisational_domain(domain: str) -> str:
-    labels = domain.lower().strip(".").split(".")
-    if len(labels) >= 3 and len(labels[-1]) == 2 and labels[-2] in _SECOND_LEVEL:
-        return ".".join(labels[-3:])
-    return ".".join(labels[-2:])
 
 
 def _domains(values: list[str]) -> list[str]:
@@ -186,11 +176,11 @@ def _domains_differ(parsed: ParsedMessage, mail_from: str | None) -> list[Findin
     from_domains = _domains(header_values(parsed, "From"))
     if not from_domains:
         return []
-    home = {organisational_domain(d) for d in from_domains}
+    home = {organizational_domain(d) for d in from_domains}
     findings = []
     return_path = [mail_from] if mail_from else header_values(parsed, "Return-Path")
     for header, values in (("Reply-To", header_values(parsed, "Reply-To")), ("Return-Path", return_path)):
-        others = sorted({d for d in _domains(values) if organisational_domain(d) not in home})
+        others = sorted({d for d in _domains(values) if organizational_domain(d) not in home})
         if others:
             findings.append(
                 Finding(

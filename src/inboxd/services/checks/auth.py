@@ -39,7 +39,6 @@ import contextvars
 import email.utils
 import ipaddress
 import re
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -47,7 +46,7 @@ from dataclasses import dataclass, field
 from email.parser import BytesHeaderParser
 from email.policy import compat32
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import authres
 import authres.arc
@@ -60,10 +59,8 @@ import spf
 from dkim.util import parse_tag_value
 
 from inboxd.dns import parse_nameserver
+from inboxd.mail.org_domain import organizational_domain
 from inboxd.services.checks.gate import UserGate
-
-if TYPE_CHECKING:
-    from publicsuffixlist import PublicSuffixList
 
 Severity = Literal["error", "warning", "info"]
 # A finding as (severity, code, message, where): the report's `Finding` is made of it by the service.
@@ -274,8 +271,6 @@ class AuthChecker:
         self._authserv_id = authserv_id
         self._pool: ThreadPoolExecutor | None = None
         self._gate = UserGate(per_user=_PER_USER, total=_WORKERS)
-        self._psl: PublicSuffixList | None = None
-        self._psl_lock = threading.Lock()
 
     async def check(self, raw: bytes, reception: Reception | None, *, user_key: str | None = None) -> AuthOutcome:
         """The check on the checker's threads, in one of `user_key`'s slots (without a user, in
@@ -299,16 +294,8 @@ class AuthChecker:
         )
 
     def organizational_domain(self, domain: str) -> str:
-        """RFC 7489 §3.2 through the Public Suffix List: the public suffix plus one label, or the
-        domain itself when it is a public suffix (or unknown to the list)."""
-        with self._psl_lock:
-            if self._psl is None:
-                from publicsuffixlist import PublicSuffixList
-
-                self._psl = PublicSuffixList()  # the list shipped with the package: no download
-            psl = self._psl
-        name = domain.lower().rstrip(".")
-        return psl.privatesuffix(name) or name
+        """RFC 7489 §3.2 through the Public Suffix List (mail/org_domain.py)."""
+        return organizational_domain(domain)
 
     def check_blocking(self, raw: bytes, reception: Reception | None) -> AuthOutcome:
         resolver = self._resolver()
