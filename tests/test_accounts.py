@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Harness
+from tests.conftest import Harness, simple_message
 from tests.test_web_sessions import csrf_of, origin, signed_in
 
 
@@ -259,6 +259,27 @@ async def test_the_owner_learns_why_a_mailbox_answers_404(harness: Harness) -> N
                 assert refused.json() == {"error": "not_found", "message": "No such mailbox."}, (method, path)
         listed = await harness.http.get(f"/api/user/accounts/{box['id']}/messages", headers=harness.auth())
         assert listed.status_code == 200
+        # Every route the hint names answers for a message of that mailbox.
+        mail = simple_message(subject="Hinted")
+        mail.add_attachment(b"a,b\n", maintype="text", subtype="csv", filename="rows.csv")
+        await harness.send(box["address"], mail)
+        listed = await harness.http.get(f"/api/user/accounts/{box['id']}/messages", headers=harness.auth())
+        message_id = listed.json()["messages"][0]["id"]
+        hinted = f"/api/user/accounts/{box['id']}/messages/{message_id}"
+        for suffix in ("", "/source", "/attachments/0", "/checks", "/render.png"):
+            token_path = f"/api/accounts/{box['id']}/messages/{message_id}{suffix}"
+            refused = await harness.http.get(token_path, headers=harness.auth())
+            said = refused.json()["message"]
+            assert refused.status_code == 404 and f"/api/user/accounts/{box['id']}/messages/{{id}}" in said
+            assert suffix.split("/0")[0] in said, (suffix, said)
+            answered = await harness.http.get(hinted + suffix, headers=harness.auth())
+            # render.png answers 501 where the render extra or Chromium is missing: never 404.
+            expected = (200, 501) if suffix == "/render.png" else (200,)
+            assert answered.status_code in expected, (suffix, answered.status_code, answered.text[:200])
+        source = await harness.http.get(hinted + "/source", headers=harness.auth())
+        assert b"Subject: Hinted" in source.content
+        attachment = await harness.http.get(hinted + "/attachments/0", headers=harness.auth())
+        assert attachment.content == b"a,b\n"
 
     sandbox = (await harness.http.get("/api/user/sandbox", headers=harness.auth())).json()
     to_sandbox = await harness.http.get(f"/api/accounts/{sandbox['account_id']}/messages", headers=harness.auth())

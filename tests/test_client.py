@@ -129,6 +129,9 @@ async def test_the_users_other_mailboxes_are_reached_through_the_users_routes(ha
     async with AsyncClient(url(harness), harness.admin_token) as client:  # a new client: nothing remembered
         waited = await client.wait_for(made["address"], timeout=10)
         assert (await client.message(made["address"], waited.id)).text_body.startswith("PIN: 7213")
+    async with AsyncClient(url(harness), harness.admin_token) as client:  # its source and checks too
+        assert b"Subject: Welcome to the dashboard" in await client.source(made["address"], waited.id)
+        assert (await client.checks(made["id"], waited.id)).content.verdict in ("ok", "warning", "error")
 
     def sync() -> list[str]:
         with Client(url(harness), harness.admin_token) as client:

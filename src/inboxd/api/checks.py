@@ -121,6 +121,23 @@ async def get_checks_content(request: Request, call: Call) -> Response:
 
 
 @describe(
+    "Check a message of any of the user's mailboxes",
+    tag="pro",
+    description="As `GET /api/accounts/{mailbox}/messages/{id}/checks`, for a mailbox made in the dashboard "
+    "or with another token. " + _DESCRIPTION,
+    response=CheckReport,
+    query=(_REFRESH,),
+    errors=_ERRORS,
+    extension=True,
+)
+@endpoint(pro=True)
+async def get_account_checks(request: Request, call: Call) -> Response:
+    mailbox = await call.services.mailboxes.find(call.principal, request.path_params["mailbox"], scope="user")
+    report = await call.services.checks.report(mailbox, request.path_params["id"], refresh=_refresh(request))
+    return json_response(report)
+
+
+@describe(
     "Check a message the SMTP sandbox caught",
     tag="sandbox",
     description=_DESCRIPTION,
@@ -139,6 +156,7 @@ async def get_sandbox_checks(request: Request, call: Call) -> Response:
 _BASE = "/api/accounts/{mailbox}/messages/{id}/checks"
 routes = [
     Route(_BASE, get_checks, methods=["GET"]),
+    Route("/api/user/accounts/{mailbox}/messages/{id}/checks", get_account_checks, methods=["GET"]),
     Route(f"{_BASE}/html", get_checks_html, methods=["GET"]),
     Route(f"{_BASE}/links", get_checks_links, methods=["GET"]),
     Route(f"{_BASE}/spam", get_checks_spam, methods=["GET"]),

@@ -22,13 +22,14 @@ from inboxd.http.responses import (
     no_content,
 )
 from inboxd.model import Mailbox, MessageSummary
+from inboxd.services.mailboxes import Scope
 from inboxd.services.messages import kept_key
 
 _DETAIL_STREAMED = ("text_body", "html_body")
 
 
-async def _mailbox(request: Request, call: Call) -> Mailbox:
-    return await call.services.mailboxes.find(call.principal, request.path_params["mailbox"])
+async def _mailbox(request: Request, call: Call, *, scope: Scope = "token") -> Mailbox:
+    return await call.services.mailboxes.find(call.principal, request.path_params["mailbox"], scope=scope)
 
 
 @describe(
@@ -105,7 +106,12 @@ async def get_message(request: Request, call: Call) -> Response:
 )
 @endpoint(mailbox_token=True)
 async def get_source(request: Request, call: Call) -> Response:
-    raw = await call.services.messages.source(await _mailbox(request, call), request.path_params["id"])
+    return await source_response(request, call, scope="token")
+
+
+async def source_response(request: Request, call: Call, *, scope: Scope) -> Response:
+    """A message's raw source; `scope` says whose routes name the mailbox (the token's or the user's)."""
+    raw = await call.services.messages.source(await _mailbox(request, call, scope=scope), request.path_params["id"])
     return Response(
         raw,
         media_type="message/rfc822",
@@ -124,8 +130,13 @@ async def get_source(request: Request, call: Call) -> Response:
 )
 @endpoint(mailbox_token=True)
 async def get_attachment(request: Request, call: Call) -> Response:
+    return await attachment_response(request, call, scope="token")
+
+
+async def attachment_response(request: Request, call: Call, *, scope: Scope) -> Response:
+    """A message's attachment; `scope` as for `source_response`."""
     part = await call.services.messages.attachment(
-        await _mailbox(request, call), request.path_params["id"], request.path_params["index"]
+        await _mailbox(request, call, scope=scope), request.path_params["id"], request.path_params["index"]
     )
     # The part's own Content-Type, set as a header: `media_type` would have Starlette append a
     # charset of its own to text types, mislabelling a Latin-1 part as UTF-8.

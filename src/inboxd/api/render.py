@@ -65,6 +65,24 @@ async def render_message(request: Request, call: Call) -> Response:
 
 
 @describe(
+    "Render a message of any of the user's mailboxes",
+    tag="pro",
+    description="As `GET /api/accounts/{mailbox}/messages/{id}/render.png`, for a mailbox made in the "
+    "dashboard or with another token. " + _DESCRIPTION,
+    media_type="image/png",
+    query=_QUERY,
+    errors=(400, 404, 410, 501, 503),
+    extension=True,
+)
+@endpoint(pro=True)
+async def render_account_message(request: Request, call: Call) -> Response:
+    options = _options(request)
+    mailbox = await call.services.mailboxes.find(call.principal, request.path_params["mailbox"], scope="user")
+    png = await call.services.renders.render(mailbox, request.path_params["id"], options)
+    return Response(png, media_type="image/png", headers=_HEADERS)
+
+
+@describe(
     "Render a captured message",
     tag="sandbox",
     description=_DESCRIPTION,
@@ -81,6 +99,9 @@ async def render_sandbox_message(request: Request, call: Call) -> Response:
     return Response(png, media_type="image/png", headers=_HEADERS)
 
 
-routes = [Route("/api/accounts/{mailbox}/messages/{id}/render.png", render_message, methods=["GET"])]
+routes = [
+    Route("/api/accounts/{mailbox}/messages/{id}/render.png", render_message, methods=["GET"]),
+    Route("/api/user/accounts/{mailbox}/messages/{id}/render.png", render_account_message, methods=["GET"]),
+]
 # Listed after the sandbox's own routes (api/app.py), so the reference keeps its order of tags.
 sandbox_routes = [Route("/api/user/sandbox/messages/{id}/render.png", render_sandbox_message, methods=["GET"])]

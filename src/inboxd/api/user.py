@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from inboxd.api import schemas
+from inboxd.api import messages, schemas
 from inboxd.api.filters import FILTER_QUERY, WAIT_DESCRIPTION, WAIT_QUERY, message_filter, wait_response, wait_timeout
 from inboxd.api.openapi import Query, describe
 from inboxd.http.body import read_json
@@ -91,11 +91,42 @@ async def wait_account_message(request: Request, call: Call) -> Response:
 )
 @pro
 async def get_account_message(request: Request, call: Call) -> Response:
-    messages = call.services.messages
-    read = messages.detail_in(request.path_params["id"])
+    service = call.services.messages
+    read = service.detail_in(request.path_params["id"])
     opened = await call.services.mailboxes.read_in(call.principal, request.path_params["mailbox"], read, scope="user")
-    detail = await messages.detail_of(opened)
+    detail = await service.detail_of(opened)
     return json_stream_response(schemas.message_detail(detail), fields=("text_body", "html_body"))
+
+
+@describe(
+    "Get the source of a message of any of the user's mailboxes",
+    tag="pro",
+    description="As `GET /api/accounts/{mailbox}/messages/{id}/source`, for a mailbox made in the "
+    "dashboard or with another token.",
+    media_type="message/rfc822",
+    errors=(404, 410),
+    headers={"Content-Disposition": '`attachment; filename="message.eml"`'},
+    extension=True,
+)
+@pro
+async def get_account_source(request: Request, call: Call) -> Response:
+    return await messages.source_response(request, call, scope="user")
+
+
+@describe(
+    "Download an attachment of a message of any of the user's mailboxes",
+    tag="pro",
+    description="As `GET /api/accounts/{mailbox}/messages/{id}/attachments/{index}`, for a mailbox made "
+    "in the dashboard or with another token.",
+    media_type="application/octet-stream",
+    errors=(400, 404, 410),
+    codes=("invalid_index",),
+    headers={"Content-Disposition": "`attachment` with the part's filename"},
+    extension=True,
+)
+@pro
+async def get_account_attachment(request: Request, call: Call) -> Response:
+    return await messages.attachment_response(request, call, scope="user")
 
 
 @describe("Delete any of the user's mailboxes", tag="pro", status=204, errors=(404,))
@@ -205,6 +236,8 @@ routes = [
     Route("/api/user/accounts/{id}/messages", list_account_messages, methods=["GET"]),
     Route("/api/user/accounts/{id}/messages/wait", wait_account_message, methods=["GET"]),
     Route("/api/user/accounts/{mailbox}/messages/{id}", get_account_message, methods=["GET"]),
+    Route("/api/user/accounts/{mailbox}/messages/{id}/source", get_account_source, methods=["GET"]),
+    Route("/api/user/accounts/{mailbox}/messages/{id}/attachments/{index}", get_account_attachment, methods=["GET"]),
     Route("/api/user/accounts/{id}/reset-password", reset_account_password, methods=["PUT"]),
     Route("/api/user/domains", list_domains, methods=["GET"]),
     Route("/api/user/domains", add_domain, methods=["POST"]),

@@ -386,7 +386,8 @@ def _unreached(principal: Principal, mailbox: Mailbox) -> str:
     if principal.user.is_pro:
         return (
             f"No such mailbox for this token: it is one of your mailboxes, made {made}, and "
-            f"/api/accounts/... reaches only the mailboxes a token made. Use {where}/messages."
+            f"/api/accounts/... reaches only the mailboxes a token made. Use {where}/messages, and for a "
+            f"message {where}/messages/{{id}} with its /source, /attachments/{{index}}, /checks and /render.png."
         )
     return (
         f"No such mailbox for this token: it is one of your mailboxes, made {made}, and "

@@ -210,7 +210,7 @@ class AsyncClient(_FaultCalls, _Base):
         return await self._either(mailbox, lambda route: _wait(f"{route}/messages", flt, timeout, _message))
 
     async def source(self, mailbox: str, message_id: str) -> bytes:
-        return await self._run(_get(f"{_box(mailbox)}/{_seg(message_id)}/source", _bytes))
+        return await self._either(mailbox, lambda route: _get(f"{route}/messages/{_seg(message_id)}/source", _bytes))
 
     async def render(
         self,
@@ -225,7 +225,9 @@ class AsyncClient(_FaultCalls, _Base):
         """The HTML body as a PNG, drawn by the server's Chromium as the dashboard shows it (width
         320–1600 CSS pixels; `full` for the whole height). 501 `render_unavailable` without it."""
         query = _render_query(width, full, remote, dark)
-        return await self._run(_get(f"{_box(mailbox)}/{_seg(message_id)}/render.png", _bytes, query))
+        return await self._either(
+            mailbox, lambda route: _get(f"{route}/messages/{_seg(message_id)}/render.png", _bytes, query)
+        )
 
     async def render_sandbox(
         self, message_id: str, *, width: int = 600, full: bool = False, dark: bool = False
@@ -236,11 +238,15 @@ class AsyncClient(_FaultCalls, _Base):
 
     async def checks(self, mailbox: str, message_id: str, *, refresh_links: bool = False) -> CheckReport:
         """The message's check report (computed by the server at the first request, then kept)."""
-        path = f"{_box(mailbox)}/{_seg(message_id)}/checks"
-        return await self._run(_get(path, _report, _checks_query(refresh_links)))
+        query = _checks_query(refresh_links)
+        return await self._either(
+            mailbox, lambda route: _get(f"{route}/messages/{_seg(message_id)}/checks", _report, query)
+        )
 
     async def attachment(self, mailbox: str, message_id: str, index: int) -> bytes:
-        return await self._run(_get(f"{_box(mailbox)}/{_seg(message_id)}/attachments/{index}", _bytes))
+        return await self._either(
+            mailbox, lambda route: _get(f"{route}/messages/{_seg(message_id)}/attachments/{index}", _bytes)
+        )
 
     async def mark_read(self, mailbox: str, message_id: str) -> None:
         await self._run(_send("PUT", f"{_box(mailbox)}/{_seg(message_id)}/read", _nothing))

@@ -209,7 +209,7 @@ class Client(_FaultCalls, _Base):
         return self._either(mailbox, lambda route: _wait(f"{route}/messages", flt, timeout, _message))
 
     def source(self, mailbox: str, message_id: str) -> bytes:
-        return self._run(_get(f"{_box(mailbox)}/{_seg(message_id)}/source", _bytes))
+        return self._either(mailbox, lambda route: _get(f"{route}/messages/{_seg(message_id)}/source", _bytes))
 
     def render(
         self,
@@ -224,7 +224,9 @@ class Client(_FaultCalls, _Base):
         """The HTML body as a PNG, drawn by the server's Chromium as the dashboard shows it (width
         320–1600 CSS pixels; `full` for the whole height). 501 `render_unavailable` without it."""
         query = _render_query(width, full, remote, dark)
-        return self._run(_get(f"{_box(mailbox)}/{_seg(message_id)}/render.png", _bytes, query))
+        return self._either(
+            mailbox, lambda route: _get(f"{route}/messages/{_seg(message_id)}/render.png", _bytes, query)
+        )
 
     def render_sandbox(self, message_id: str, *, width: int = 600, full: bool = False, dark: bool = False) -> bytes:
         """As `render`, for a message the SMTP sandbox captured."""
@@ -233,11 +235,13 @@ class Client(_FaultCalls, _Base):
 
     def checks(self, mailbox: str, message_id: str, *, refresh_links: bool = False) -> CheckReport:
         """The message's check report (computed by the server at the first request, then kept)."""
-        path = f"{_box(mailbox)}/{_seg(message_id)}/checks"
-        return self._run(_get(path, _report, _checks_query(refresh_links)))
+        query = _checks_query(refresh_links)
+        return self._either(mailbox, lambda route: _get(f"{route}/messages/{_seg(message_id)}/checks", _report, query))
 
     def attachment(self, mailbox: str, message_id: str, index: int) -> bytes:
-        return self._run(_get(f"{_box(mailbox)}/{_seg(message_id)}/attachments/{index}", _bytes))
+        return self._either(
+            mailbox, lambda route: _get(f"{route}/messages/{_seg(message_id)}/attachments/{index}", _bytes)
+        )
 
     def mark_read(self, mailbox: str, message_id: str) -> None:
         self._run(_send("PUT", f"{_box(mailbox)}/{_seg(message_id)}/read", _nothing))
