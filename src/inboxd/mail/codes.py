@@ -34,6 +34,7 @@ more still, because ordinary text is full of such tokens (product names, units, 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from inboxd.mail.html_lines import render_html, text_urls
@@ -215,21 +216,59 @@ def _grouped_shape(token: str) -> str | None:
     return None
 
 
-@dataclass(slots=True)
 class _Line:
-    """What the scorer asks of one line and the lines above it, computed once per line: asking it
-    per candidate made a long line quadratic (a 200 KB Subject of "123 123 ..." took 33 s)."""
+    """What the scorer asks of one line and the lines above it, each fact computed at most once per
+    line: asking it per candidate made a long line quadratic (a 200 KB Subject of "123 123 ..." took
+    33 s), and asking it of every line made a body of many short lines with no candidate slow (each
+    fact is a search with a long alternation): the regex facts are computed when first asked."""
 
-    text: str
-    stripped: str  # the line without what may surround a set-apart code
-    first_alpha: int  # index of its first letter; len(text) when it has none
-    promotion: bool  # it offers a promotion
-    above: str  # the last two non-blank lines of the three above it, joined (each cut to _MAX_ABOVE)
-    nearest_above: str  # the nearest non-blank line of the three above it ("" when none), cut
-    above_code_word: bool  # a code noun or verb in ``above``
-    above_noun: bool
-    above_negative: bool
-    above_tail_negative: bool  # a label of something else in the last 60 characters of ``above``
+    __slots__ = ("_facts", "above", "first_alpha", "nearest_above", "stripped", "text")
+
+    def __init__(self, text: str, recent: list[str]) -> None:
+        self.text = text
+        self.stripped = text.strip(_SET_APART_TRIM)  # without what may surround a set-apart code
+        self.first_alpha = _first_alpha(text)  # its first letter's index; len(text) when it has none
+        # The last two non-blank lines of the three above it, joined (each cut to _MAX_ABOVE), and the
+        # nearest ("" when none).
+        self.above = " ".join(recent[-2:])
+        self.nearest_above = recent[-1] if recent else ""
+        self._facts: tuple[bool, bool, bool, bool, bool] | None = None
+
+    def _computed(self) -> tuple[bool, bool, bool, bool, bool]:
+        if self._facts is None:
+            above = self.above
+            noun = bool(above and _NOUNS.search(above))
+            self._facts = (
+                bool(_PROMOTION.search(self.text)),
+                noun or bool(above and _VERBS.search(above)),
+                noun,
+                bool(above and _NEGATIVES.search(above)),
+                bool(above and _NEGATIVES.search(above[-60:])),
+            )
+        return self._facts
+
+    @property
+    def promotion(self) -> bool:
+        """The line offers a promotion."""
+        return self._computed()[0]
+
+    @property
+    def above_code_word(self) -> bool:
+        """A code noun or verb in ``above``."""
+        return self._computed()[1]
+
+    @property
+    def above_noun(self) -> bool:
+        return self._computed()[2]
+
+    @property
+    def above_negative(self) -> bool:
+        return self._computed()[3]
+
+    @property
+    def above_tail_negative(self) -> bool:
+        """A label of something else in the last 60 characters of ``above``."""
+        return self._computed()[4]
 
 
 # The lines above a candidate are read this far back from their ends (labels sit at a line's end).
@@ -243,28 +282,10 @@ def _first_alpha(text: str) -> int:
     return len(text)
 
 
-def _facts(lines: list[str]) -> list[_Line]:
-    out: list[_Line] = []
-    recent: list[str] = []  # the non-blank lines among the three above, nearest last, each cut
+def _facts(lines: list[str]) -> Iterator[_Line]:
     for index, text in enumerate(lines):
-        window = [lines[i] for i in range(max(0, index - 3), index)]
-        recent = [line[-_MAX_ABOVE:] for line in window if line.strip()]
-        above = " ".join(recent[-2:])
-        out.append(
-            _Line(
-                text=text,
-                stripped=text.strip(_SET_APART_TRIM),
-                first_alpha=_first_alpha(text),
-                promotion=bool(_PROMOTION.search(text)),
-                above=above,
-                nearest_above=recent[-1] if recent else "",
-                above_code_word=bool(above and (_NOUNS.search(above) or _VERBS.search(above))),
-                above_noun=bool(above and _NOUNS.search(above)),
-                above_negative=bool(above and _NEGATIVES.search(above)),
-                above_tail_negative=bool(above and _NEGATIVES.search(above[-60:])),
-            )
-        )
-    return out
+        window = lines[max(0, index - 3) : index]
+        yield _Line(text, [line[-_MAX_ABOVE:] for line in window if line.strip()])
 
 
 def _labelled_apart(line: _Line, start: int, raw: str, ctx: _Context) -> bool:
