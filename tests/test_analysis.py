@@ -149,7 +149,7 @@ async def test_another_users_request_does_not_wait_behind_a_users_heavy_checks(
     async with serving(make_settings, clock, zone, analysis_threads=2) as server:
         _, heavy_box, _ = await user_with_mailbox(server, "flood")
         _, light_box, light_token = await user_with_mailbox(server, "quiet")
-        heavy_ids = await delivered(server, heavy_box, [heavy_message(2000, tag=str(i)) for i in range(8)])
+        heavy_ids = await delivered(server, heavy_box, [heavy_message(5000, tag=str(i)) for i in range(8)])
         (light_id,) = await delivered(server, light_box, [plain_message("light")])
         done: list[str] = []
 

@@ -9,6 +9,7 @@ The first detail build and the HTML view's sanitizing run on the analysis execut
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import TypeVar
 
 import msgspec
 
-from inboxd.errors import FilterTooBroad, Gone, InvalidRequest, NotFound
+from inboxd.errors import FilterTooBroad, Gone, InsufficientStorage, InvalidRequest, NotFound
 from inboxd.mail import html_view
 from inboxd.mail.codes import find_codes, find_links
 from inboxd.mail.html_view import SafeHtml
@@ -373,7 +374,9 @@ class MessageService:
             user=mailbox.user_id, work=partial(_build_detail, await self._raw(summary))
         )
         if len(stored.text_body) + len(stored.html_body) <= KEEP_DETAIL_BYTES // 6:
-            await self._db.write(partial(store.save_detail, message_id=summary.id, detail=_encode(stored)))
+            # Keeping the parse is a cache: a full disk must not fail the read (it is parsed again).
+            with contextlib.suppress(InsufficientStorage):
+                await self._db.write(partial(store.save_detail, message_id=summary.id, detail=_encode(stored)))
         return stored
 
     async def source(self, mailbox: Mailbox, message_id: str) -> bytes:

@@ -102,6 +102,7 @@ class CheckService:
     async def close(self) -> None:
         if self._checkers is not None:
             await self._checkers[0].close()
+            await self._checkers[2].close()  # the auth checker's threads
 
     async def report(
         self, mailbox: Mailbox, message_id: str, *, refresh: Refresh = None, admit: Admit | None = None
@@ -188,7 +189,7 @@ class CheckService:
 
         mail_from = None if reception is None else reception.mail_from
         spam = asyncio.ensure_future(self._spam(raw, mailbox, reception))
-        auth = asyncio.ensure_future(self._auth(raw, reception))
+        auth = asyncio.ensure_future(self._auth(raw, mailbox, reception))
         try:
             budget = self.analysis.budget
             work = partial(pure_parts, raw, mail_from=mail_from)
@@ -224,16 +225,16 @@ class CheckService:
             mail_from=None if reception is None else reception.mail_from,
             recipients=[mailbox.address],
         )
-        scored = await self._budgeted("spam", checker.check(raw, envelope))
+        scored = await self._budgeted("spam", checker.check(raw, envelope, user_key=mailbox.user_id))
         return cut_spam(self.analysis.budget) if scored is None else spam_part(scored)
 
-    async def _auth(self, raw: bytes, reception: store.ReceptionData | None) -> AuthPart:
+    async def _auth(self, raw: bytes, mailbox: Mailbox, reception: store.ReceptionData | None) -> AuthPart:
         from inboxd.mail.checks.report_parts import cut_auth
         from inboxd.services.checks.auth import Reception
 
         checker = self._open()[2]
         received = None if reception is None else Reception(reception.client_ip, reception.helo, reception.mail_from)
-        authenticated = await self._budgeted("auth", checker.check(raw, received))
+        authenticated = await self._budgeted("auth", checker.check(raw, received, user_key=mailbox.user_id))
         return cut_auth(self.analysis.budget) if authenticated is None else auth_part(authenticated)
 
     async def _budgeted(self, part: str, work: Awaitable[T]) -> T | None:
