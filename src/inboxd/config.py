@@ -55,7 +55,7 @@ def _domains(value: list[str]) -> list[str]:
 def _plain_address(value: str) -> bool:
     """`local@domain` with nothing an SMTP envelope or a header could be split on."""
     local, at, domain = value.rpartition("@")
-    return bool(local and at and "." in domain) and not any(c.isspace() or c in "<>,;\"" for c in value)
+    return bool(local and at and "." in domain) and not any(c.isspace() or c in '<>,;"' for c in value)
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
