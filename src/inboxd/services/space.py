@@ -37,6 +37,12 @@ CHECK_INTERVAL = 1.0
 SQLITE_WAL_BYTES = 1000 * 4096
 
 
+# Within this much of where it stops, the guard looks at every call: mail arriving at tens of MB a
+# second would otherwise fill the second between two looks past the threshold (a look costs a
+# statvfs and two pragmas, microseconds).
+NEAR_MARGIN = 64 * 1024 * 1024
+
+
 def reserve_for(max_message_size: int, *, sqlite: bool) -> int:
     """What mail accepted just before a refusal may still write: the largest message twice (in
     the WAL, then in the database) and, on SQLite, a WAL's worth not yet in the database file."""
@@ -100,7 +106,7 @@ class SpaceGuard:
                 self._fall = max(self._fall, before - self.free)
             stop = self._min_free + self._reserve
             self._low = 0 <= self.free < stop
-            self._near = 0 <= self.free < stop + self._reserve + 2 * self._fall
+            self._near = 0 <= self.free < stop + max(NEAR_MARGIN, self._reserve + 2 * self._fall)
         return self._low
 
     def _look(self) -> int:
