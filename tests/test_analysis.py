@@ -172,8 +172,10 @@ async def test_another_users_request_does_not_wait_behind_a_users_heavy_checks(
             await asyncio.gather(*flood)
         flood_took = time.perf_counter() - started
         # The light request (a first open: its parse runs on the analysis executor too) came back
-        # before any of the flood's reports, in a small share of the flood's time.
-        assert done.index("light") == 0, done
+        # before the flood's second report (the first may finish while it is asked: the checks
+        # read at most 1 MB of HTML, so a flood report is well under a second), in a small share
+        # of the flood's time.
+        assert done.index("light") <= 1, done
         assert light_took / flood_took < 0.2, (light_took, flood_took)
         assert server.services.checks.analysis.runs["pure"] == 8
 

