@@ -14,11 +14,8 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import tomllib
-from collections.abc import Iterator
 from email.message import EmailMessage
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +26,8 @@ import inboxd
 from inboxd.model import User
 from tests.browser import ARTIFACTS, WIDTHS, StartWeb, Web, browser_test
 from tests.conftest import free_port
+from tests.test_web_checks import LinkSite
+from tests.test_web_checks import link_site as link_site
 from tests.test_web_first_hour import submit
 from tests.test_web_first_hour_browser import BROKEN_WORDS, phone_problems
 
@@ -42,38 +41,6 @@ ROOT = Path(__file__).resolve().parent.parent
 RELAY_DOMAIN = "relay.test"
 LONG_FROM = "Notifications <no-reply.notifications@mail.accounts.example-company.example>"
 LONG_TO = "release-candidate.qa-team@outside.example"
-
-
-class LinkSite:
-    """A site the message links to: /ok answers 200, anything else 404; it records each request."""
-
-    def __init__(self) -> None:
-        self.hits: list[tuple[str, str]] = []
-        hits = self.hits
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def answer(self) -> None:
-                hits.append((self.command, self.path))
-                self.send_response(200 if self.path == "/ok" else 404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            do_HEAD = do_GET = answer
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
-@pytest.fixture
-def link_site() -> Iterator[LinkSite]:
-    site = LinkSite()
-    yield site
-    site.server.shutdown()
-    site.server.server_close()
 
 
 async def caught(web: Web, user: User, msg: EmailMessage, to: list[str]) -> None:
