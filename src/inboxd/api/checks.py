@@ -16,6 +16,7 @@ from inboxd.http.pipeline import Call, endpoint
 from inboxd.http.responses import json_response
 from inboxd.mail.checks.report import AuthPart, CheckReport, ContentPart, HtmlPart, LinksPart, SpamPart
 from inboxd.services.checks.reports import Refresh
+from inboxd.services.mailboxes import Scope
 
 _REFRESH = Query(
     "refresh",
@@ -46,8 +47,8 @@ def _refresh(request: Request) -> Refresh:
     raise InvalidRequest("`refresh` must be `links` or `spam`.")
 
 
-async def _report(request: Request, call: Call) -> CheckReport:
-    mailbox = await call.services.mailboxes.find(call.principal, request.path_params["mailbox"])
+async def _report(request: Request, call: Call, *, scope: Scope = "token") -> CheckReport:
+    mailbox = await call.services.mailboxes.find(call.principal, request.path_params["mailbox"], scope=scope)
     return await call.services.checks.report(mailbox, request.path_params["id"], refresh=_refresh(request))
 
 
@@ -132,9 +133,7 @@ async def get_checks_content(request: Request, call: Call) -> Response:
 )
 @endpoint(pro=True)
 async def get_account_checks(request: Request, call: Call) -> Response:
-    mailbox = await call.services.mailboxes.find(call.principal, request.path_params["mailbox"], scope="user")
-    report = await call.services.checks.report(mailbox, request.path_params["id"], refresh=_refresh(request))
-    return json_response(report)
+    return json_response(await _report(request, call, scope="user"))
 
 
 @describe(
